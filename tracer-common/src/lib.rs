@@ -1,0 +1,369 @@
+//! Types shared across the kernel line, and the per-(thread, mm) lock state machine.
+//!
+//! Everything here is `no_std` and `#[repr(C)]`: the eBPF programs and user space read the same
+//! bytes. The state machine lives here (not in the eBPF crate) so that the exact code the kernel
+//! runs is unit-tested on the host.
+#![no_std]
+
+pub mod lock_state;
+
+pub use lock_state::{Effects, LockEvent, LockState, MISS_CONTINUATION_NS};
+
+/// `mode` values: which side of the rwsem.
+pub const MODE_READ: u8 = 0;
+pub const MODE_WRITE: u8 = 1;
+
+/// `kind` values: time spent waiting for the lock, or holding it.
+pub const KIND_WAIT: u8 = 0;
+pub const KIND_HOLD: u8 = 1;
+
+/// Log2 histogram slots over nanoseconds: slot `i` holds values in `[2^(i-1), 2^i)`, slot 0 holds 0.
+pub const HIST_SLOTS: usize = 64;
+
+/// Stack id stored when no stack was taken (event below the stack threshold) or it failed.
+pub const NO_STACK: i32 = -1;
+
+/// Aggregation key: one row of the report before symbolization.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AggKey {
+    /// Target process (tgid) whose mm this lock belongs to.
+    pub pid: u32,
+    /// Thread id when per-thread aggregation is on, else 0.
+    pub tid: u32,
+    /// Tgid of a process that is not the target but locked the target's mm (a /proc reader,
+    /// khugepaged, a debugger); 0 for the target's own threads.
+    pub locker_pid: u32,
+    pub kernel_stack: i32,
+    pub user_stack: i32,
+    pub kind: u8,
+    pub mode: u8,
+    pub _pad: [u8; 2],
+}
+
+/// Aggregated durations for one key (per CPU in the kernel, merged in user space).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AggValue {
+    pub count: u64,
+    pub total_ns: u64,
+    pub max_ns: u64,
+    pub hist: [u64; HIST_SLOTS],
+}
+
+impl Default for AggValue {
+    fn default() -> Self {
+        Self::ZERO
+    }
+}
+
+impl AggValue {
+    pub const ZERO: AggValue = AggValue {
+        count: 0,
+        total_ns: 0,
+        max_ns: 0,
+        hist: [0; HIST_SLOTS],
+    };
+
+    #[inline(always)]
+    pub fn add(&mut self, ns: u64) {
+        self.count += 1;
+        self.total_ns += ns;
+        if ns > self.max_ns {
+            self.max_ns = ns;
+        }
+        let slot = log2_slot(ns);
+        // The mask is a no-op for real slots; it proves the index in bounds to the verifier.
+        self.hist[slot & (HIST_SLOTS - 1)] += 1;
+    }
+
+    /// Adds another CPU's copy of the same key.
+    pub fn merge(&mut self, other: &AggValue) {
+        self.count += other.count;
+        self.total_ns += other.total_ns;
+        self.max_ns = self.max_ns.max(other.max_ns);
+        for (mine, theirs) in self.hist.iter_mut().zip(other.hist.iter()) {
+            *mine += theirs;
+        }
+    }
+}
+
+/// Histogram slot of a duration: the number of significant bits, clamped to the last slot.
+/// Written with shifts because the BPF target has no count-leading-zeros instruction.
+#[inline(always)]
+pub fn log2_slot(mut v: u64) -> usize {
+    let mut bits = 0usize;
+    if v >= 1 << 32 {
+        v >>= 32;
+        bits += 32;
+    }
+    if v >= 1 << 16 {
+        v >>= 16;
+        bits += 16;
+    }
+    if v >= 1 << 8 {
+        v >>= 8;
+        bits += 8;
+    }
+    if v >= 1 << 4 {
+        v >>= 4;
+        bits += 4;
+    }
+    if v >= 1 << 2 {
+        v >>= 2;
+        bits += 2;
+    }
+    if v >= 1 << 1 {
+        v >>= 1;
+        bits += 1;
+    }
+    bits += v as usize;
+    if bits >= HIST_SLOTS {
+        HIST_SLOTS - 1
+    } else {
+        bits
+    }
+}
+
+/// Per-mode totals, exact even when the aggregation map overflows.
+/// Indexed in the kernel by `totals_index(outside, mode)`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ModeTotals {
+    pub acquisitions: u64,
+    pub failed_trylocks: u64,
+    pub interrupted: u64,
+    pub downgrades: u64,
+    pub waits: u64,
+    pub wait_ns: u64,
+    pub max_wait_ns: u64,
+    pub holds: u64,
+    pub hold_ns: u64,
+    pub max_hold_ns: u64,
+}
+
+impl ModeTotals {
+    pub fn merge(&mut self, o: &ModeTotals) {
+        self.acquisitions += o.acquisitions;
+        self.failed_trylocks += o.failed_trylocks;
+        self.interrupted += o.interrupted;
+        self.downgrades += o.downgrades;
+        self.waits += o.waits;
+        self.wait_ns += o.wait_ns;
+        self.max_wait_ns = self.max_wait_ns.max(o.max_wait_ns);
+        self.holds += o.holds;
+        self.hold_ns += o.hold_ns;
+        self.max_hold_ns = self.max_hold_ns.max(o.max_hold_ns);
+    }
+}
+
+/// Slots of the totals array: target threads' read/write, then outside lockers' read/write.
+pub const TOTALS_SLOTS: u32 = 4;
+
+#[inline(always)]
+pub fn totals_index(outside: bool, mode: u8) -> u32 {
+    (outside as u32) * 2 + (mode as u32 & 1)
+}
+
+/// Every way an event can be dropped or left unpaired. Index into the `COUNTERS` array.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counter {
+    /// acquire_returned with no start_locking before it (and not a downgrade).
+    UnpairedAcquire = 0,
+    /// released with no acquisition seen (lock taken before tracing, or unlocked by another task).
+    UnpairedRelease,
+    /// start_locking while a wait was already pending: the earlier wait is discarded untimed.
+    StartWhileWaiting,
+    /// start_locking while this thread still held the lock: the hold is discarded untimed.
+    StartWhileHolding,
+    /// acquire/release whose mode differs from the pending state: discarded untimed.
+    ModeMismatch,
+    /// The per-(thread, mm) state map was full: the event could not be tracked.
+    StateMapFull,
+    /// The aggregation map was full: the duration is in the totals but in no stack entry.
+    AggMapFull,
+    /// The target-mm map was full.
+    TargetMapFull,
+    /// bpf_get_stackid found another stack in the bucket (kernel / user).
+    KernelStackCollision,
+    UserStackCollision,
+    /// bpf_get_stackid failed otherwise, e.g. the stack map is full (kernel / user).
+    KernelStackFailed,
+    UserStackFailed,
+}
+
+impl Counter {
+    pub const ALL: [Counter; 12] = [
+        Counter::UnpairedAcquire,
+        Counter::UnpairedRelease,
+        Counter::StartWhileWaiting,
+        Counter::StartWhileHolding,
+        Counter::ModeMismatch,
+        Counter::StateMapFull,
+        Counter::AggMapFull,
+        Counter::TargetMapFull,
+        Counter::KernelStackCollision,
+        Counter::UserStackCollision,
+        Counter::KernelStackFailed,
+        Counter::UserStackFailed,
+    ];
+
+    /// Stable name used in every output format.
+    pub fn name(self) -> &'static str {
+        match self {
+            Counter::UnpairedAcquire => "unpaired_acquire",
+            Counter::UnpairedRelease => "unpaired_release",
+            Counter::StartWhileWaiting => "start_while_waiting",
+            Counter::StartWhileHolding => "start_while_holding",
+            Counter::ModeMismatch => "mode_mismatch",
+            Counter::StateMapFull => "state_map_full",
+            Counter::AggMapFull => "aggregation_map_full",
+            Counter::TargetMapFull => "target_map_full",
+            Counter::KernelStackCollision => "kernel_stack_collision",
+            Counter::UserStackCollision => "user_stack_collision",
+            Counter::KernelStackFailed => "kernel_stack_failed",
+            Counter::UserStackFailed => "user_stack_failed",
+        }
+    }
+}
+
+pub const COUNTER_SLOTS: u32 = Counter::ALL.len() as u32;
+
+/// Where a tracepoint keeps its fields, read from tracefs at startup (layouts differ by kernel).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TracepointFields {
+    pub mm: u32,
+    pub write: u32,
+    /// Only meaningful for mmap_lock_acquire_returned.
+    pub success: u32,
+    pub _pad: u32,
+}
+
+/// Load-time configuration of the eBPF programs (a read-only global: the verifier prunes the
+/// branches it disables).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Config {
+    pub start_locking: TracepointFields,
+    pub acquire_returned: TracepointFields,
+    pub released: TracepointFields,
+    /// offsetof(struct task_struct, mm), from the running kernel's BTF.
+    pub task_mm_offset: u32,
+    /// offsetof(struct task_struct, pending) + offsetof(struct sigpending, signal).
+    pub task_pending_signal_offset: u32,
+    /// Waits and holds at least this long get kernel and user stacks.
+    pub stack_threshold_ns: u64,
+    /// The tracer's own tgid: its events are ignored except to discover a target's mm.
+    pub tracer_tgid: u32,
+    /// Non-zero: key aggregation by thread id.
+    pub per_thread: u32,
+    /// Non-zero: take user stacks too.
+    pub user_stacks: u32,
+    pub _pad: u32,
+}
+
+impl Config {
+    /// The all-zero value the eBPF object is compiled with; user space overrides it at load time.
+    pub const ZERO: Config = Config {
+        start_locking: TracepointFields::ZERO,
+        acquire_returned: TracepointFields::ZERO,
+        released: TracepointFields::ZERO,
+        task_mm_offset: 0,
+        task_pending_signal_offset: 0,
+        stack_threshold_ns: 0,
+        tracer_tgid: 0,
+        per_thread: 0,
+        user_stacks: 0,
+        _pad: 0,
+    };
+}
+
+impl TracepointFields {
+    pub const ZERO: TracepointFields = TracepointFields {
+        mm: 0,
+        write: 0,
+        success: 0,
+        _pad: 0,
+    };
+}
+
+/// Key of the per-(thread, mm) lock state map.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct StateKey {
+    pub tid: u32,
+    pub _pad: u32,
+    pub mm: u64,
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: all these types are #[repr(C)], Copy, made of integers only, with explicit padding.
+    unsafe impl aya::Pod for super::AggKey {}
+    unsafe impl aya::Pod for super::AggValue {}
+    unsafe impl aya::Pod for super::ModeTotals {}
+    unsafe impl aya::Pod for super::Config {}
+    unsafe impl aya::Pod for super::StateKey {}
+    unsafe impl aya::Pod for super::LockState {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log2_slot_matches_bit_length() {
+        assert_eq!(log2_slot(0), 0);
+        assert_eq!(log2_slot(1), 1);
+        assert_eq!(log2_slot(2), 2);
+        assert_eq!(log2_slot(3), 2);
+        assert_eq!(log2_slot(4), 3);
+        assert_eq!(log2_slot(1023), 10);
+        assert_eq!(log2_slot(1024), 11);
+        for v in [5u64, 77, 1 << 20, (1 << 40) + 3, u64::MAX >> 2] {
+            assert_eq!(log2_slot(v), (64 - v.leading_zeros()) as usize, "{v}");
+        }
+        assert_eq!(log2_slot(u64::MAX), HIST_SLOTS - 1);
+    }
+
+    #[test]
+    fn agg_value_add_and_merge() {
+        let mut a = AggValue::default();
+        a.add(10);
+        a.add(1000);
+        let mut b = AggValue::default();
+        b.add(5000);
+        a.merge(&b);
+        assert_eq!(a.count, 3);
+        assert_eq!(a.total_ns, 6010);
+        assert_eq!(a.max_ns, 5000);
+        assert_eq!(a.hist[log2_slot(10)], 1);
+        assert_eq!(a.hist[log2_slot(5000)], 1);
+        assert_eq!(a.hist.iter().sum::<u64>(), 3);
+    }
+
+    #[test]
+    fn totals_index_is_dense() {
+        let all = [
+            totals_index(false, MODE_READ),
+            totals_index(false, MODE_WRITE),
+            totals_index(true, MODE_READ),
+            totals_index(true, MODE_WRITE),
+        ];
+        assert_eq!(all, [0, 1, 2, 3]);
+        assert!(all.iter().all(|&i| i < TOTALS_SLOTS));
+    }
+
+    #[test]
+    fn counter_names_are_unique_and_indexed_in_order() {
+        for (i, c) in Counter::ALL.iter().enumerate() {
+            assert_eq!(*c as usize, i);
+            assert_eq!(
+                Counter::ALL.iter().filter(|o| o.name() == c.name()).count(),
+                1
+            );
+        }
+    }
+}
