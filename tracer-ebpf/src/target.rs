@@ -1,0 +1,107 @@
+//! Which lock events concern a target: the target's mm, whoever locks it.
+
+use aya_ebpf::helpers::{
+    bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_probe_read_kernel,
+};
+
+use crate::maps::{config, count, DISCOVER, LOCKER_COMMS, TARGET_MMS, TARGET_TGIDS};
+use tracer_common::Counter;
+
+/// Who locked a target's mm.
+pub struct Locker {
+    /// The target owning the mm.
+    pub pid: u32,
+    /// The locking thread.
+    pub tid: u32,
+    /// Tgid of the locker when it is not the target itself, else 0.
+    pub outside_pid: u32,
+}
+
+/// Returns the locker when `mm` belongs to a target, learning target mms on the way: a target's
+/// thread locking its own mm, or the tracer locking a target's mm on purpose (discovery).
+#[inline(always)]
+pub fn classify(mm: u64) -> Option<Locker> {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    let tid = pid_tgid as u32;
+    let cfg = config();
+    if let Some(owner) = unsafe { TARGET_MMS.get(&mm) } {
+        if tgid == cfg.tracer_tgid {
+            return None;
+        }
+        let owner = *owner;
+        let outside_pid = if tgid == owner { 0 } else { tgid };
+        if outside_pid != 0 {
+            remember_comm(outside_pid);
+        }
+        return Some(Locker {
+            pid: owner,
+            tid,
+            outside_pid,
+        });
+    }
+    if unsafe { TARGET_TGIDS.get(&tgid) }.is_some() {
+        // A target thread may lock another process's mm (reading its /proc files): only its own
+        // mm is a target mm.
+        if current_mm(cfg.task_mm_offset) == mm {
+            register(mm, tgid);
+            return Some(Locker {
+                pid: tgid,
+                tid,
+                outside_pid: 0,
+            });
+        }
+        return None;
+    }
+    if tgid == cfg.tracer_tgid {
+        discover(mm, cfg.task_mm_offset);
+    }
+    None
+}
+
+/// The tracer reads /proc/PID/cmdline of an idle target, which locks that target's mm from the
+/// tracer's thread: that mm is the one being discovered.
+#[inline(always)]
+fn discover(mm: u64, task_mm_offset: u32) {
+    let Some(pid) = DISCOVER.get(0) else { return };
+    let pid = *pid;
+    if pid != 0 && current_mm(task_mm_offset) != mm {
+        register(mm, pid);
+    }
+}
+
+#[inline(always)]
+fn register(mm: u64, pid: u32) {
+    if TARGET_MMS.insert(&mm, &pid, 0).is_err() {
+        count(Counter::TargetMapFull);
+    }
+}
+
+#[inline(always)]
+fn current_mm(task_mm_offset: u32) -> u64 {
+    let task = unsafe { bpf_get_current_task() } as *const u8;
+    let field = task.wrapping_add(task_mm_offset as usize) as *const u64;
+    unsafe { bpf_probe_read_kernel(field) }.unwrap_or(0)
+}
+
+#[inline(always)]
+fn remember_comm(tgid: u32) {
+    if unsafe { LOCKER_COMMS.get(&tgid) }.is_some() {
+        return;
+    }
+    if let Ok(comm) = bpf_get_current_comm() {
+        // BPF_NOEXIST: the first thread seen names the process; a full map only loses the name.
+        let _ = LOCKER_COMMS.insert(&tgid, &comm, 1);
+    }
+}
+
+/// True when the current task has SIGKILL pending: the only way a killable lock fails, so a
+/// failed acquire with it is an interrupted lock, without it a trylock miss.
+#[inline(always)]
+pub fn fatal_signal_pending() -> bool {
+    let offset = config().task_pending_signal_offset;
+    let task = unsafe { bpf_get_current_task() } as *const u8;
+    let signals = task.wrapping_add(offset as usize) as *const u64;
+    const SIGKILL_BIT: u64 = 1 << (9 - 1);
+    unsafe { bpf_probe_read_kernel(signals) }.is_ok_and(|set| set & SIGKILL_BIT != 0)
+}
