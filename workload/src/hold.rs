@@ -1,0 +1,179 @@
+//! Mode `hold`: takes mmap_lock for write for a known time and reports how long.
+//!
+//! mprotect() holds mmap_lock for write across its whole page-table walk, so over a large
+//! region of 4 KiB pages one call is one long write hold. Each call's own duration, measured on
+//! CLOCK_MONOTONIC right around it, is printed so tests can compare it with the longest write
+//! hold the tracer measured: the syscall's duration bounds the hold from above.
+
+use std::io::Write;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+use crate::cli::HoldArgs;
+use crate::emit;
+use crate::memory::{self, Backing, Region};
+
+pub fn run(args: &HoldArgs, out: &mut dyn Write) -> Result<()> {
+    let region = populate_region(args.size_mib)?;
+    emit(
+        out,
+        format_args!(
+            "populated bytes={} elapsed_ns={}",
+            region.len(),
+            region.populate_time.as_nanos()
+        ),
+    )?;
+    let gap = Duration::from_millis(args.gap_ms);
+    let mut longest = 0;
+    for round in 0..args.repeat {
+        // The gap also separates the first hold from the faults of populate_region.
+        thread::sleep(gap);
+        let held_ns = hold_write_lock(&region.region, protection_for_round(round))?;
+        emit(out, format_args!("mprotect_ns={held_ns}"))?;
+        longest = longest.max(held_ns);
+    }
+    emit(out, format_args!("max_mprotect_ns={longest}"))?;
+    memory::unmap_region(region.region)
+}
+
+/// The mapped, faulted-in region and the time populating it took.
+struct PopulatedRegion {
+    region: Region,
+    populate_time: Duration,
+}
+
+impl PopulatedRegion {
+    fn len(&self) -> usize {
+        self.region.len()
+    }
+}
+
+/// Maps `size_mib` MiB of private anonymous memory backed by 4 KiB pages and writes every page,
+/// so each has a present PTE for mprotect() to rewrite.
+fn populate_region(size_mib: u64) -> Result<PopulatedRegion> {
+    let len = size_mib
+        .checked_mul(1 << 20)
+        .and_then(|len| usize::try_from(len).ok())
+        .with_context(|| format!("{size_mib} MiB does not fit in the address space"))?;
+    let page_size = memory::page_size()?;
+    let region = memory::map_region(len, Backing::Anonymous)?;
+    // Before the first touch: once huge pages back the region, the advice would not split them.
+    memory::disable_huge_pages(&region)?;
+    let started = Instant::now();
+    memory::touch_pages(&region, page_size);
+    Ok(PopulatedRegion {
+        region,
+        populate_time: started.elapsed(),
+    })
+}
+
+/// Alternates read-only and read-write, starting with read-only: the region starts writable,
+/// and every call must change each PTE (asking for the current protection would be a cheaper
+/// walk).
+fn protection_for_round(round: u32) -> libc::c_int {
+    if round.is_multiple_of(2) {
+        libc::PROT_READ
+    } else {
+        libc::PROT_READ | libc::PROT_WRITE
+    }
+}
+
+/// One mprotect() over the whole region, timed on CLOCK_MONOTONIC immediately around the call
+/// (nothing else runs inside the timed span). Returns the call's duration in nanoseconds.
+#[inline(never)]
+fn hold_write_lock(region: &Region, protection: libc::c_int) -> Result<u64> {
+    let before = memory::monotonic_ns()?;
+    // SAFETY: the region is our own live mapping; changing its protection cannot invalidate a
+    // Rust reference because none point into it.
+    let rc = unsafe { libc::mprotect(region.start().cast(), region.len(), protection) };
+    let after = memory::monotonic_ns()?;
+    if rc == -1 {
+        bail!(
+            "mprotect({:p}, {} bytes, {protection:#x}) failed: {}",
+            region.start(),
+            region.len(),
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(after - before)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{field, lines};
+
+    #[test]
+    fn hold_prints_each_mprotect_and_the_longest() {
+        let args = HoldArgs {
+            size_mib: 8,
+            repeat: 2,
+            gap_ms: 1,
+        };
+        let mut output = Vec::new();
+        run(&args, &mut output).expect("hold runs");
+        let lines = lines(&output);
+        assert_eq!(lines.len(), 4, "{lines:?}");
+
+        assert!(lines[0].starts_with("populated "), "{lines:?}");
+        assert_eq!(field(&lines[0], "bytes"), 8 << 20);
+        assert!(field(&lines[0], "elapsed_ns") > 0);
+
+        let held: Vec<u64> = lines[1..3]
+            .iter()
+            .map(|line| {
+                assert!(line.starts_with("mprotect_ns="), "{line}");
+                field(line, "mprotect_ns")
+            })
+            .collect();
+        // 2048 PTEs take far more than a microsecond and far less than a few seconds.
+        for &ns in &held {
+            assert!((1_000..5_000_000_000).contains(&ns), "{held:?}");
+        }
+        assert!(lines[3].starts_with("max_mprotect_ns="), "{lines:?}");
+        assert_eq!(field(&lines[3], "max_mprotect_ns"), held[0].max(held[1]));
+    }
+
+    #[test]
+    fn protection_alternates_starting_read_only() {
+        assert_eq!(protection_for_round(0), libc::PROT_READ);
+        assert_eq!(protection_for_round(1), libc::PROT_READ | libc::PROT_WRITE);
+        assert_eq!(protection_for_round(2), libc::PROT_READ);
+    }
+
+    #[test]
+    fn mprotect_changes_the_protection_it_reports() {
+        let page = memory::page_size().expect("page size");
+        let region = memory::map_region(page, Backing::Anonymous).expect("mmap");
+        hold_write_lock(&region, libc::PROT_READ).expect("mprotect read-only");
+        let maps = std::fs::read_to_string("/proc/self/maps").expect("maps");
+        let address = region.start() as usize;
+        // Neighbouring mappings of other tests may have merged with ours: find the VMA that
+        // contains the address rather than one that starts there.
+        let line = maps
+            .lines()
+            .find(|line| {
+                let range = line.split(' ').next().unwrap_or_default();
+                let (low, high) = range.split_once('-').expect("address range");
+                let low = usize::from_str_radix(low, 16).expect("hex");
+                let high = usize::from_str_radix(high, 16).expect("hex");
+                (low..high).contains(&address)
+            })
+            .expect("region in maps");
+        assert!(line.contains(" r--p "), "{line}");
+        memory::unmap_region(region).expect("munmap");
+    }
+
+    #[test]
+    fn failed_mprotect_names_the_call() {
+        let page = memory::page_size().expect("page size");
+        let region = memory::map_region(page, Backing::Anonymous).expect("mmap");
+        // An unknown protection bit is EINVAL.
+        let error = hold_write_lock(&region, 0x4000_0000).expect_err("must fail");
+        let message = error.to_string();
+        assert!(message.starts_with("mprotect("), "{message}");
+        assert!(message.contains("os error 22"), "{message}");
+    }
+}
