@@ -1,0 +1,98 @@
+//! `cargo xtask`: sets up, builds, demonstrates and checks mmapsem-trace.
+
+mod check;
+mod cmd;
+mod demo;
+mod parse;
+mod paths;
+mod setup;
+mod workspace;
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+use setup::Tracefs;
+use workspace::Profile;
+
+#[derive(Parser)]
+#[command(
+    name = "cargo xtask",
+    bin_name = "cargo xtask",
+    about = "Set up, build, demo and test mmapsem-trace"
+)]
+struct Cli {
+    /// Also print the read-only probes (`rustup toolchain list`, `ldd ...`) setup runs.
+    #[arg(short, long, global = true)]
+    verbose: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Make this machine ready to build and run: nightly rust-src, bpf-linker for nightly's
+    /// LLVM, tracefs. Checks first; acts only when something is missing.
+    Setup {
+        /// Check, and print what would be installed or mounted without doing it.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Set up, then build the workspace (release unless --debug).
+    Build {
+        #[arg(long)]
+        debug: bool,
+    },
+    /// Set up, build, and trace the contention workload (needs root).
+    Demo {
+        /// How long the workload churns once the tracer is attached.
+        #[arg(long, default_value_t = 8)]
+        seconds: u32,
+        /// Use the release binaries already built instead of running `cargo build --release`.
+        #[arg(long)]
+        no_build: bool,
+    },
+    /// Set up, build, then cargo test, cargo fmt --check and cargo clippy -D warnings.
+    Test {
+        /// Passed to the test harness (`-- --nocapture`); if they contain their own `--`,
+        /// to `cargo test` itself (`-- -p tracer -- --nocapture`).
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    cmd::set_verbose(cli.verbose);
+    match run(cli.command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("xtask: error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(command: Command) -> Result<()> {
+    match command {
+        Command::Setup { dry_run } => setup::run(setup::Options {
+            dry_run,
+            tracefs: Tracefs::Require,
+        }),
+        Command::Build { debug } => {
+            setup::run(setup::Options {
+                dry_run: false,
+                // Building needs no tracefs.
+                tracefs: Tracefs::Skip,
+            })?;
+            workspace::build(if debug {
+                Profile::Debug
+            } else {
+                Profile::Release
+            })
+        }
+        Command::Demo { seconds, no_build } => demo::run(seconds, !no_build),
+        Command::Test { args } => check::run(&args),
+    }
+}
