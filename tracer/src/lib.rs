@@ -1,0 +1,14 @@
+//! mmapsem-trace: measures how long each thread of a process waited for and held its mmap_lock,
+//! per call stack, with eBPF programs on the mmap_lock tracepoints.
+//!
+//! Data flows one way: `probes` (the only aya user) loads the programs and harvests their maps;
+//! `symbolize` resolves stacks; `model` turns both into a `Report`; `present` renders it.
+
+pub mod cli;
+pub mod model;
+pub mod output;
+pub mod present;
+pub mod probes;
+pub mod run;
+pub mod symbolize;
+pub mod system;

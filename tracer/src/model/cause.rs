@@ -1,0 +1,197 @@
+//! Why a lock was taken, read off its kernel stack with a priority table, as latencytop did.
+
+use serde::Serialize;
+
+use super::Frame;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cause {
+    PageFault,
+    Mmap,
+    Munmap,
+    Mprotect,
+    Brk,
+    Mremap,
+    Madvise,
+    ProcReader,
+    Other,
+    /// Shorter than the stack threshold: no stack was taken.
+    NoStack,
+}
+
+impl Cause {
+    pub fn label(self) -> &'static str {
+        match self {
+            Cause::PageFault => "page fault",
+            Cause::Mmap => "mmap",
+            Cause::Munmap => "munmap",
+            Cause::Mprotect => "mprotect",
+            Cause::Brk => "brk",
+            Cause::Mremap => "mremap",
+            Cause::Madvise => "madvise",
+            Cause::ProcReader => "/proc reader",
+            Cause::Other => "other",
+            Cause::NoStack => "no stack (short)",
+        }
+    }
+}
+
+/// Highest priority first: a syscall that faults pages in (mmap with MAP_POPULATE) is an mmap,
+/// and a /proc read is a /proc read even though it goes through access_remote_vm's fault path.
+const PRIORITY: &[(Cause, &[&str])] = &[
+    (
+        Cause::Munmap,
+        &[
+            "__vm_munmap",
+            "__x64_sys_munmap",
+            "__do_sys_munmap",
+            "__arm64_sys_munmap",
+        ],
+    ),
+    (
+        Cause::Mremap,
+        &["__do_sys_mremap", "__x64_sys_mremap", "__arm64_sys_mremap"],
+    ),
+    (
+        Cause::Mprotect,
+        &[
+            "do_mprotect_pkey",
+            "__x64_sys_mprotect",
+            "__x64_sys_pkey_mprotect",
+            "__arm64_sys_mprotect",
+        ],
+    ),
+    (
+        Cause::Madvise,
+        &[
+            "do_madvise",
+            "__x64_sys_madvise",
+            "__x64_sys_process_madvise",
+            "__arm64_sys_madvise",
+        ],
+    ),
+    (
+        Cause::Brk,
+        &["__do_sys_brk", "__x64_sys_brk", "__arm64_sys_brk"],
+    ),
+    (
+        Cause::Mmap,
+        &[
+            "vm_mmap_pgoff",
+            "ksys_mmap_pgoff",
+            "__x64_sys_mmap",
+            "__arm64_sys_mmap",
+            "vm_mmap",
+        ],
+    ),
+    (
+        Cause::ProcReader,
+        &[
+            "proc_pid_cmdline_read",
+            "get_mm_cmdline",
+            "environ_read",
+            "mem_rw",
+            "m_start",
+            "show_map",
+            "show_smap",
+            "show_smaps_rollup",
+            "lock_vma_range",
+            "pagemap_read",
+            "access_remote_vm",
+            "process_vm_rw",
+            "proc_pid_status",
+        ],
+    ),
+    (
+        Cause::PageFault,
+        &[
+            "do_user_addr_fault",
+            "exc_page_fault",
+            "lock_mm_and_find_vma",
+            "do_page_fault",
+            "handle_mm_fault",
+        ],
+    ),
+];
+
+/// Classifies a kernel stack. `None` means no stack was collected.
+pub fn classify(kernel_frames: Option<&[Frame]>) -> Cause {
+    let Some(frames) = kernel_frames else {
+        return Cause::NoStack;
+    };
+    let names: Vec<&str> = frames
+        .iter()
+        .filter_map(|f| f.symbol.as_deref())
+        .map(base_name)
+        .collect();
+    PRIORITY
+        .iter()
+        .find(|(_, symbols)| names.iter().any(|n| symbols.contains(n)))
+        .map_or(Cause::Other, |(cause, _)| *cause)
+}
+
+/// Drops compiler suffixes (`.isra.0`, `.constprop.0`, `.cold`).
+fn base_name(symbol: &str) -> &str {
+    symbol.split('.').next().unwrap_or(symbol)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stack(symbols: &[&str]) -> Vec<Frame> {
+        symbols
+            .iter()
+            .map(|s| Frame {
+                kernel: true,
+                module: "kernel".into(),
+                symbol: Some(s.to_string()),
+                ..Frame::default()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn classifies_by_priority() {
+        let munmap = stack(&["__vm_munmap", "__x64_sys_munmap", "do_syscall_64"]);
+        assert_eq!(classify(Some(&munmap)), Cause::Munmap);
+        // MAP_POPULATE faults pages in under mmap: mmap wins over the fault frames.
+        let populate = stack(&[
+            "__mm_populate",
+            "handle_mm_fault",
+            "vm_mmap_pgoff",
+            "ksys_mmap_pgoff",
+        ]);
+        assert_eq!(classify(Some(&populate)), Cause::Mmap);
+        let fault = stack(&[
+            "lock_mm_and_find_vma",
+            "do_user_addr_fault",
+            "exc_page_fault",
+        ]);
+        assert_eq!(classify(Some(&fault)), Cause::PageFault);
+        let proc_read = stack(&[
+            "access_remote_vm",
+            "get_mm_cmdline.isra.0",
+            "proc_pid_cmdline_read",
+            "vfs_read",
+        ]);
+        assert_eq!(classify(Some(&proc_read)), Cause::ProcReader);
+        let mprotect = stack(&[
+            "mprotect_fixup",
+            "do_mprotect_pkey.constprop.0",
+            "__x64_sys_mprotect",
+        ]);
+        assert_eq!(classify(Some(&mprotect)), Cause::Mprotect);
+    }
+
+    #[test]
+    fn unknown_and_missing_stacks() {
+        assert_eq!(
+            classify(Some(&stack(&["exit_mmap", "mmput"]))),
+            Cause::Other
+        );
+        assert_eq!(classify(Some(&[])), Cause::Other);
+        assert_eq!(classify(None), Cause::NoStack);
+    }
+}

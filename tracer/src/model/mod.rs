@@ -1,0 +1,70 @@
+//! The pure model: raw data harvested from the kernel, plus symbols, become a `Report`.
+//! No I/O here; presenters (text, JSON) only read the `Report`.
+
+pub mod cause;
+pub mod histogram;
+pub mod report;
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+use tracer_common::{AggKey, AggValue, Counter, ModeTotals, TOTALS_SLOTS};
+
+pub use cause::Cause;
+pub use report::{build_report, Report, TraceMeta};
+
+/// One aggregation-map entry, per-CPU values merged.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RawEntry {
+    pub key: AggKey,
+    pub value: AggValue,
+}
+
+/// Waits and holds still open when tracing stopped.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct InFlight {
+    pub waits: u64,
+    pub holds: u64,
+}
+
+/// Everything read from the kernel maps at the end of a trace.
+#[derive(Clone, Debug, Default)]
+pub struct Harvest {
+    pub entries: Vec<RawEntry>,
+    /// Stack id -> instruction pointers, innermost first.
+    pub stacks: HashMap<i32, Vec<u64>>,
+    pub totals: [ModeTotals; TOTALS_SLOTS as usize],
+    pub counters: Vec<(Counter, u64)>,
+    pub locker_comms: HashMap<u32, String>,
+    pub in_flight: InFlight,
+    pub target_mms_found: usize,
+}
+
+/// One symbolized stack frame.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Frame {
+    pub kernel: bool,
+    /// Kernel module ("kernel" for vmlinux) or the path of the user object.
+    pub module: String,
+    pub symbol: Option<String>,
+    /// Offset of `addr` from the start of `symbol`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u64>,
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    pub addr: u64,
+    /// True for a frame that was inlined into the next one.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub inlined: bool,
+}
+
+/// Which stack a frame list belongs to: kernel stacks are shared by all processes, user stacks
+/// are resolved against one process's mappings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StackRef {
+    Kernel(i32),
+    User { pid: u32, id: i32 },
+}
+
+/// Symbolized stacks, looked up by the ids in `AggKey`.
+pub type Symbols = HashMap<StackRef, Vec<Frame>>;

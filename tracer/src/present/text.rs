@@ -1,0 +1,202 @@
+//! The latencytop-style text report: header, table by cause, then one block per call stack in
+//! the format of the 2008 ptrace latency tracer, then every loss counter that is not zero.
+
+use std::fmt::Write as _;
+
+use crate::model::{
+    report::{Entry, ModeSummary, Report},
+    Frame,
+};
+
+use super::human_ns;
+
+pub fn render(report: &Report, top: usize) -> String {
+    let mut out = String::new();
+    header(&mut out, report);
+    causes(&mut out, report);
+    blocks(&mut out, report, top);
+    footer(&mut out, report);
+    out
+}
+
+fn header(out: &mut String, r: &Report) {
+    let pids: Vec<String> = r.target.pids.iter().map(u32::to_string).collect();
+    let _ = writeln!(
+        out,
+        "mmapsem-trace: pid {} ({}), {} threads, traced {}{}",
+        pids.join(","),
+        r.target.comm,
+        r.target.threads,
+        human_ns(r.duration_ns),
+        if r.target.exited {
+            " (target exited)"
+        } else {
+            ""
+        }
+    );
+    let _ = writeln!(
+        out,
+        "waiting for mmap_lock: {:.1}% of thread time ({} of {})",
+        r.wait_share * 100.0,
+        human_ns(r.totals.read.wait_ns + r.totals.write.wait_ns - outside_wait(r)),
+        human_ns(r.thread_time_ns)
+    );
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "{:<6} {:>10} {:>10} {:>11} {:>10} {:>10} {:>10} {:>10}",
+        "mode", "acquired", "failed-try", "interrupted", "wait", "max wait", "hold", "max hold"
+    );
+    for (name, m) in [("read", &r.totals.read), ("write", &r.totals.write)] {
+        mode_row(out, name, m);
+    }
+    let outside = &r.outside_totals;
+    if outside.read.acquisitions + outside.write.acquisitions > 0 {
+        let _ = writeln!(
+            out,
+            "  of which by outside lockers (other processes locking the target's mm):"
+        );
+        for (name, m) in [("read", &outside.read), ("write", &outside.write)] {
+            mode_row(out, name, m);
+        }
+    }
+}
+
+fn outside_wait(r: &Report) -> u64 {
+    r.outside_totals.read.wait_ns + r.outside_totals.write.wait_ns
+}
+
+fn mode_row(out: &mut String, name: &str, m: &ModeSummary) {
+    let _ = writeln!(
+        out,
+        "{:<6} {:>10} {:>10} {:>11} {:>10} {:>10} {:>10} {:>10}",
+        name,
+        m.acquisitions,
+        m.failed_trylocks,
+        m.interrupted,
+        human_ns(m.wait_ns),
+        human_ns(m.max_wait_ns),
+        human_ns(m.hold_ns),
+        human_ns(m.max_hold_ns)
+    );
+}
+
+fn causes(out: &mut String, r: &Report) {
+    let _ = writeln!(out, "\nBy cause:");
+    let _ = writeln!(
+        out,
+        "{:<17} {:<5} {:<6} {:>9} {:>10} {:>10} {:>10} {:>10}",
+        "cause", "kind", "mode", "count", "total", "avg", "p99", "max"
+    );
+    for c in &r.causes {
+        let _ = writeln!(
+            out,
+            "{:<17} {:<5} {:<6} {:>9} {:>10} {:>10} {:>10} {:>10}",
+            c.cause.label(),
+            c.kind.label(),
+            c.mode.label(),
+            c.count,
+            human_ns(c.total_ns),
+            human_ns(c.avg_ns),
+            human_ns(c.p99_ns),
+            human_ns(c.max_ns)
+        );
+    }
+}
+
+fn blocks(out: &mut String, r: &Report, top: usize) {
+    let shown = r.entries.len().min(top);
+    let _ = writeln!(
+        out,
+        "\nTop {shown} of {} call stacks by total time:",
+        r.entries.len()
+    );
+    for e in r.entries.iter().take(top) {
+        block(out, e, r.stack_threshold_ns);
+    }
+}
+
+fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+fn block(out: &mut String, e: &Entry, threshold_ns: u64) {
+    let _ = writeln!(
+        out,
+        "\n=====> Total: {:.3} ms, average: {:.3} ms, max: {:.3} ms, p99: {:.3} ms, times: {}  [{}]",
+        ms(e.total_ns),
+        ms(e.avg_ns),
+        ms(e.max_ns),
+        ms(e.p99_ns),
+        e.count,
+        tags(e)
+    );
+    if !e.stack_collected {
+        let _ = writeln!(
+            out,
+            "=== (no stack: each under the {} stack threshold, see --stack-threshold)",
+            human_ns(threshold_ns)
+        );
+    }
+    for f in &e.frames {
+        let _ = writeln!(out, "=== {}", frame_line(f));
+    }
+}
+
+fn tags(e: &Entry) -> String {
+    let mut tags = vec![
+        e.kind.label().to_string(),
+        e.mode.label().to_string(),
+        e.cause.label().to_string(),
+    ];
+    if let Some(locker) = &e.locker {
+        let comm = locker.comm.as_deref().unwrap_or("?");
+        tags.push(format!("outside locker: {comm} pid {}", locker.pid));
+    } else if let Some(tid) = e.tid {
+        tags.push(format!("tid {tid}"));
+    }
+    tags.join(", ")
+}
+
+/// `module (symbol) file:line`, or symbol+offset without debug info, or the bare address.
+pub fn frame_line(f: &Frame) -> String {
+    let module = &f.module;
+    match (&f.symbol, &f.file, f.line) {
+        (Some(sym), Some(file), Some(line)) => format!("{module} ({sym}) {file}:{line}{}", inl(f)),
+        (Some(sym), _, _) => match f.offset {
+            Some(off) => format!("{module} ({sym}+{off:#x}){}", inl(f)),
+            None => format!("{module} ({sym}){}", inl(f)),
+        },
+        (None, _, _) => format!("{module} ({:#x})", f.addr),
+    }
+}
+
+fn inl(f: &Frame) -> &'static str {
+    if f.inlined {
+        " [inlined]"
+    } else {
+        ""
+    }
+}
+
+fn footer(out: &mut String, r: &Report) {
+    let nonzero: Vec<String> = r
+        .lost
+        .iter()
+        .filter(|(_, &n)| n > 0)
+        .map(|(name, n)| format!("{name}={n}"))
+        .collect();
+    let _ = writeln!(out);
+    if nonzero.is_empty() {
+        let _ = writeln!(out, "Lost or unpaired events: none");
+    } else {
+        let _ = writeln!(out, "Lost or unpaired events: {}", nonzero.join(", "));
+    }
+    if r.in_flight.waits + r.in_flight.holds > 0 {
+        let _ = writeln!(
+            out,
+            "Still in progress when tracing stopped (not timed): {} waits, {} holds",
+            r.in_flight.waits, r.in_flight.holds
+        );
+    }
+}

@@ -1,0 +1,243 @@
+//! Loading the eBPF object, attaching its programs and reading its maps. The only module that
+//! touches aya; it hands plain data (`model::Harvest`) to the rest.
+
+mod mmap_lock;
+
+use std::collections::{HashMap, HashSet};
+
+use anyhow::{anyhow, Context as _, Result};
+use aya::{
+    maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap, StackTraceMap},
+    Ebpf, EbpfLoader,
+};
+use tracer_common::{
+    AggKey, AggValue, Config, Counter, LockState, ModeTotals, StateKey, COUNTER_SLOTS, TOTALS_SLOTS,
+};
+
+use crate::model::{Harvest, InFlight, RawEntry};
+use crate::system::{btf::KernelOffsets, tracefs::Tracefs};
+
+/// The compiled programs, built by build.rs from the tracer-ebpf crate.
+static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer"));
+
+/// Choices that shape what the programs collect.
+#[derive(Clone, Debug)]
+pub struct ProbeSettings {
+    pub stack_threshold_ns: u64,
+    pub per_thread: bool,
+    pub user_stacks: bool,
+    pub max_entries: u32,
+    pub max_stacks: u32,
+}
+
+/// Loaded and attached programs with their maps.
+pub struct Probes {
+    ebpf: Ebpf,
+}
+
+impl Probes {
+    pub fn load(
+        settings: &ProbeSettings,
+        tracefs: &Tracefs,
+        offsets: &KernelOffsets,
+    ) -> Result<Self> {
+        let config = Config {
+            start_locking: tracefs.mmap_lock_fields(&crate::system::tracefs::MMAP_LOCK_START)?,
+            acquire_returned: tracefs
+                .mmap_lock_fields(&crate::system::tracefs::MMAP_LOCK_ACQUIRED)?,
+            released: tracefs.mmap_lock_fields(&crate::system::tracefs::MMAP_LOCK_RELEASED)?,
+            task_mm_offset: offsets.task_mm,
+            task_pending_signal_offset: offsets.task_pending_signal,
+            stack_threshold_ns: settings.stack_threshold_ns,
+            tracer_tgid: std::process::id(),
+            per_thread: settings.per_thread as u32,
+            user_stacks: settings.user_stacks as u32,
+            _pad: 0,
+        };
+        raise_memlock_limit();
+        let ebpf = EbpfLoader::new()
+            .override_global("CONFIG", &config, true)
+            .map_max_entries("AGG", settings.max_entries)
+            .map_max_entries("STACKS", settings.max_stacks)
+            .load(EBPF_OBJECT)
+            .map_err(|e| explain_permission(anyhow!(e), "loading the eBPF programs"))?;
+        let mut probes = Self { ebpf };
+        mmap_lock::attach(&mut probes.ebpf)?;
+        Ok(probes)
+    }
+
+    /// Adds a target process: its threads' locks on its own mm are traced from now on.
+    pub fn add_target(&mut self, pid: u32) -> Result<()> {
+        let mut tgids: BpfHashMap<_, u32, u32> = map(&mut self.ebpf, "TARGET_TGIDS")?;
+        tgids.insert(pid, 0, 0).context("registering target pid")?;
+        Ok(())
+    }
+
+    /// Learns `pid`'s mm before its threads lock it themselves (an idle target can still be
+    /// locked by others): reading /proc/PID/cmdline locks that mm from our thread, and the
+    /// programs record it while DISCOVER names the pid.
+    pub fn discover_mm(&mut self, pid: u32) -> Result<bool> {
+        let set = |ebpf: &mut Ebpf, value: u32| -> Result<()> {
+            let mut discover: Array<_, u32> = map(ebpf, "DISCOVER")?;
+            discover.set(0, value, 0).context("setting DISCOVER")
+        };
+        set(&mut self.ebpf, pid)?;
+        let _ = std::fs::read(format!("/proc/{pid}/cmdline"));
+        set(&mut self.ebpf, 0)?;
+        Ok(self.target_mms()?.values().any(|&owner| owner == pid))
+    }
+
+    fn target_mms(&self) -> Result<HashMap<u64, u32>> {
+        let mms: BpfHashMap<_, u64, u32> = map_ref(&self.ebpf, "TARGET_MMS")?;
+        Ok(mms.iter().filter_map(|r| r.ok()).collect())
+    }
+
+    /// Detaches the programs and reads everything they collected.
+    pub fn harvest(mut self) -> Result<Harvest> {
+        let target_mms = self.target_mms()?;
+        let take = |ebpf: &mut Ebpf, name: &str| {
+            ebpf.take_map(name)
+                .ok_or_else(|| anyhow!("eBPF object has no map {name}"))
+        };
+        let agg = take(&mut self.ebpf, "AGG")?;
+        let stacks = take(&mut self.ebpf, "STACKS")?;
+        let totals = take(&mut self.ebpf, "TOTALS")?;
+        let counters = take(&mut self.ebpf, "COUNTERS")?;
+        let comms = take(&mut self.ebpf, "LOCKER_COMMS")?;
+        let states = take(&mut self.ebpf, "LOCK_STATE")?;
+        // Dropping the object detaches every program: the maps stop moving while we read them.
+        drop(self.ebpf);
+
+        let entries = read_entries(PerCpuHashMap::try_from(agg)?)?;
+        let stack_ids: HashSet<u32> = entries
+            .iter()
+            .flat_map(|e| [e.key.kernel_stack, e.key.user_stack])
+            .filter(|&id| id >= 0)
+            .map(|id| id as u32)
+            .collect();
+        Ok(Harvest {
+            stacks: read_stacks(&StackTraceMap::try_from(stacks)?, &stack_ids),
+            entries,
+            totals: read_totals(&PerCpuArray::try_from(totals)?)?,
+            counters: read_counters(&PerCpuArray::try_from(counters)?)?,
+            locker_comms: read_comms(&BpfHashMap::try_from(comms)?),
+            in_flight: read_in_flight(&BpfHashMap::try_from(states)?, &target_mms),
+            target_mms_found: target_mms.len(),
+        })
+    }
+}
+
+fn map<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<T>
+where
+    T: TryFrom<&'a mut aya::maps::Map, Error = aya::maps::MapError>,
+{
+    let m = ebpf
+        .map_mut(name)
+        .ok_or_else(|| anyhow!("eBPF object has no map {name}"))?;
+    Ok(T::try_from(m)?)
+}
+
+fn map_ref<'a, T>(ebpf: &'a Ebpf, name: &str) -> Result<T>
+where
+    T: TryFrom<&'a aya::maps::Map, Error = aya::maps::MapError>,
+{
+    let m = ebpf
+        .map(name)
+        .ok_or_else(|| anyhow!("eBPF object has no map {name}"))?;
+    Ok(T::try_from(m)?)
+}
+
+fn read_entries(agg: PerCpuHashMap<MapData, AggKey, AggValue>) -> Result<Vec<RawEntry>> {
+    let mut entries = Vec::new();
+    for item in agg.iter() {
+        let (key, per_cpu) = item.context("reading aggregation map")?;
+        let mut value = AggValue::default();
+        for cpu_value in per_cpu.iter() {
+            value.merge(cpu_value);
+        }
+        entries.push(RawEntry { key, value });
+    }
+    Ok(entries)
+}
+
+fn read_stacks(map: &StackTraceMap<MapData>, ids: &HashSet<u32>) -> HashMap<i32, Vec<u64>> {
+    ids.iter()
+        .filter_map(|&id| {
+            let trace = map.get(&id, 0).ok()?;
+            Some((id as i32, trace.frames().iter().map(|f| f.ip).collect()))
+        })
+        .collect()
+}
+
+fn read_totals(
+    map: &PerCpuArray<MapData, ModeTotals>,
+) -> Result<[ModeTotals; TOTALS_SLOTS as usize]> {
+    let mut totals = [ModeTotals::default(); TOTALS_SLOTS as usize];
+    for (i, slot) in totals.iter_mut().enumerate() {
+        for cpu_value in map.get(&(i as u32), 0)?.iter() {
+            slot.merge(cpu_value);
+        }
+    }
+    Ok(totals)
+}
+
+fn read_counters(map: &PerCpuArray<MapData, u64>) -> Result<Vec<(Counter, u64)>> {
+    let mut out = Vec::with_capacity(COUNTER_SLOTS as usize);
+    for counter in Counter::ALL {
+        let sum = map.get(&(counter as u32), 0)?.iter().sum();
+        out.push((counter, sum));
+    }
+    Ok(out)
+}
+
+fn read_comms(map: &BpfHashMap<MapData, u32, [u8; 16]>) -> HashMap<u32, String> {
+    map.iter()
+        .filter_map(|r| r.ok())
+        .map(|(pid, comm)| {
+            let len = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
+            (pid, String::from_utf8_lossy(&comm[..len]).into_owned())
+        })
+        .collect()
+}
+
+/// Waits and holds still open when tracing stopped: neither timed nor lost.
+fn read_in_flight(
+    map: &BpfHashMap<MapData, StateKey, LockState>,
+    mms: &HashMap<u64, u32>,
+) -> InFlight {
+    let mut in_flight = InFlight::default();
+    for (key, state) in map.iter().filter_map(|r| r.ok()) {
+        if !mms.contains_key(&key.mm) {
+            continue;
+        }
+        in_flight.waits += (state.wait_start_ns != 0) as u64;
+        in_flight.holds += (state.hold_start_ns != 0) as u64;
+    }
+    in_flight
+}
+
+/// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK; newer ones use memcg, and raising
+/// the limit may be refused (no CAP_SYS_RESOURCE), which is harmless there.
+fn raise_memlock_limit() {
+    let unlimited = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: setrlimit reads a valid rlimit struct.
+    if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) } != 0 {
+        log::debug!(
+            "setrlimit(RLIMIT_MEMLOCK) failed: {} (harmless on kernels >= 5.11)",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+/// Turns EPERM from the kernel into the capability the user must add.
+fn explain_permission(err: anyhow::Error, doing: &str) -> anyhow::Error {
+    let text = format!("{err:#}");
+    if text.contains("Operation not permitted") || text.contains("EPERM") {
+        anyhow!("not enough privilege for {doing}: needs CAP_BPF and CAP_PERFMON (or root): {text}")
+    } else {
+        err.context(format!("{doing} failed"))
+    }
+}

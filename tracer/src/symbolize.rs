@@ -1,0 +1,157 @@
+//! Turns stack addresses into frames with blazesym: kernel frames from kallsyms (and vmlinux
+//! debug info when present), user frames from the ELF files of the mappings recorded during the
+//! trace, so that a process that already exited is still symbolized.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+
+use blazesym::symbolize::{
+    source::{Elf, Kernel, Source},
+    CodeInfo, Input, Symbolized, Symbolizer,
+};
+
+use crate::model::{Frame, Harvest, StackRef, Symbols};
+use crate::system::procfs::MappingHistory;
+
+/// Symbolizes every stack referenced by the harvest's entries.
+pub fn symbolize(harvest: &Harvest, mappings: &HashMap<u32, MappingHistory>) -> Symbols {
+    let symbolizer = Symbolizer::builder()
+        .enable_code_info(true)
+        .enable_inlined_fns(true)
+        .build();
+    let mut symbols = Symbols::new();
+    let kernel_ids: HashSet<i32> = harvest
+        .entries
+        .iter()
+        .map(|e| e.key.kernel_stack)
+        .filter(|&id| id >= 0)
+        .collect();
+    for id in kernel_ids {
+        if let Some(addrs) = harvest.stacks.get(&id) {
+            symbols.insert(StackRef::Kernel(id), kernel_frames(&symbolizer, addrs));
+        }
+    }
+    let empty = MappingHistory::default();
+    for e in &harvest.entries {
+        let id = e.key.user_stack;
+        let pid = if e.key.locker_pid != 0 {
+            e.key.locker_pid
+        } else {
+            e.key.pid
+        };
+        let key = StackRef::User { pid, id };
+        if id < 0 || symbols.contains_key(&key) {
+            continue;
+        }
+        if let Some(addrs) = harvest.stacks.get(&id) {
+            let history = mappings.get(&pid).unwrap_or(&empty);
+            symbols.insert(key, user_frames(&symbolizer, addrs, history));
+        }
+    }
+    symbols
+}
+
+/// Return addresses point after the call: look up the call instruction itself so that the
+/// line is the call site's (the innermost frame is an exact ip).
+fn lookup_addr(index: usize, addr: u64) -> u64 {
+    if index == 0 {
+        addr
+    } else {
+        addr.saturating_sub(1)
+    }
+}
+
+fn kernel_frames(symbolizer: &Symbolizer, addrs: &[u64]) -> Vec<Frame> {
+    let lookups: Vec<u64> = addrs
+        .iter()
+        .enumerate()
+        .map(|(i, &a)| lookup_addr(i, a))
+        .collect();
+    let src = Source::Kernel(Kernel::default());
+    let results = symbolizer
+        .symbolize(&src, Input::AbsAddr(&lookups))
+        .unwrap_or_default();
+    let mut frames = Vec::new();
+    for (i, &addr) in addrs.iter().enumerate() {
+        let frame = Frame {
+            kernel: true,
+            module: "kernel".into(),
+            addr,
+            ..Frame::default()
+        };
+        push_symbolized(&mut frames, frame, results.get(i), lookups[i]);
+    }
+    frames
+}
+
+fn user_frames(symbolizer: &Symbolizer, addrs: &[u64], history: &MappingHistory) -> Vec<Frame> {
+    let mut frames = Vec::new();
+    for (i, &addr) in addrs.iter().enumerate() {
+        let lookup = lookup_addr(i, addr);
+        let Some(mapping) = history.find(lookup) else {
+            frames.push(Frame {
+                module: "[unknown]".into(),
+                addr,
+                ..Frame::default()
+            });
+            continue;
+        };
+        let file_offset = lookup - mapping.start + mapping.file_offset;
+        let frame = Frame {
+            module: mapping.path.display().to_string(),
+            addr,
+            ..Frame::default()
+        };
+        let src = Source::Elf(Elf::new(PathBuf::from(&mapping.path)));
+        let result = symbolizer
+            .symbolize(&src, Input::FileOffset(&[file_offset]))
+            .ok()
+            .and_then(|mut v| v.pop());
+        push_symbolized(&mut frames, frame, result.as_ref(), lookup);
+    }
+    frames
+}
+
+/// Appends `base` filled in from a blazesym result, preceded by the functions inlined at that
+/// address (innermost first, like the rest of the stack).
+fn push_symbolized(
+    frames: &mut Vec<Frame>,
+    base: Frame,
+    result: Option<&Symbolized>,
+    _lookup: u64,
+) {
+    let Some(Symbolized::Sym(sym)) = result else {
+        frames.push(base);
+        return;
+    };
+    for inlined in sym.inlined.iter().rev() {
+        let (file, line) = location(inlined.code_info.as_ref());
+        frames.push(Frame {
+            symbol: Some(inlined.name.to_string()),
+            file,
+            line,
+            inlined: true,
+            ..base.clone()
+        });
+    }
+    let (file, line) = location(sym.code_info.as_deref());
+    let module = match (&sym.module, base.kernel) {
+        (Some(m), true) => m.to_string_lossy().into_owned(),
+        _ => base.module.clone(),
+    };
+    frames.push(Frame {
+        symbol: Some(sym.name.to_string()),
+        offset: Some(sym.offset as u64),
+        file,
+        line,
+        module,
+        ..base
+    });
+}
+
+fn location(info: Option<&CodeInfo>) -> (Option<String>, Option<u32>) {
+    match info {
+        Some(ci) => (Some(ci.to_path().display().to_string()), ci.line),
+        None => (None, None),
+    }
+}

@@ -1,0 +1,130 @@
+//! Struct member offsets from the running kernel's BTF: the eBPF programs get them as load-time
+//! constants, because aya has no CO-RE for Rust programs.
+
+use anyhow::{anyhow, bail, Context as _, Result};
+use btf::types::{Btf, BtfComposite, BtfType};
+
+pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
+
+/// The offsets the programs need.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelOffsets {
+    pub task_mm: u32,
+    pub task_pending_signal: u32,
+    pub mm_mmap_lock: u32,
+}
+
+impl KernelOffsets {
+    pub fn from_running_kernel() -> Result<Self> {
+        let data = std::fs::read(VMLINUX_BTF).with_context(|| {
+            format!("cannot read {VMLINUX_BTF}: the kernel needs CONFIG_DEBUG_INFO_BTF=y")
+        })?;
+        Self::from_btf_bytes(&data)
+    }
+
+    pub fn from_btf_bytes(data: &[u8]) -> Result<Self> {
+        let btf = Btf::load_raw(data).map_err(|e| anyhow!("cannot parse kernel BTF: {e}"))?;
+        Ok(Self {
+            task_mm: byte_offset(&btf, "task_struct", &["mm"])?,
+            task_pending_signal: byte_offset(&btf, "task_struct", &["pending", "signal"])?,
+            mm_mmap_lock: byte_offset(&btf, "mm_struct", &["mmap_lock"])?,
+        })
+    }
+}
+
+/// Byte offset of `path` (a member, then members of its type) inside `struct root`, looking
+/// through anonymous struct/union members (mm_struct keeps all its fields in one).
+pub fn byte_offset(btf: &Btf, root: &str, path: &[&str]) -> Result<u32> {
+    let mut composite = find_struct(btf, root)?;
+    let mut bits = 0u32;
+    for (i, name) in path.iter().enumerate() {
+        let (member_bits, type_id) = member_offset(btf, composite, name).ok_or_else(|| {
+            anyhow!(
+                "kernel BTF: struct {root} has no member {}",
+                path[..=i].join(".")
+            )
+        })?;
+        bits += member_bits;
+        if i + 1 < path.len() {
+            composite = composite_of(btf, type_id)
+                .ok_or_else(|| anyhow!("kernel BTF: {root}.{name} is not a struct"))?;
+        }
+    }
+    if bits % 8 != 0 {
+        bail!("kernel BTF: {root}.{} is a bitfield", path.join("."));
+    }
+    Ok(bits / 8)
+}
+
+fn find_struct<'a>(btf: &'a Btf, name: &str) -> Result<&'a BtfComposite<'a>> {
+    btf.types()
+        .iter()
+        .find_map(|t| match t {
+            BtfType::Struct(c) if c.name == name && !c.members.is_empty() => Some(c),
+            _ => None,
+        })
+        .ok_or_else(|| anyhow!("kernel BTF has no struct {name}"))
+}
+
+/// (bit offset, type id) of a named member, searching anonymous members recursively.
+fn member_offset(btf: &Btf, composite: &BtfComposite, name: &str) -> Option<(u32, u32)> {
+    for m in &composite.members {
+        if m.name == name {
+            return Some((m.bit_offset, m.type_id));
+        }
+        if m.name.is_empty() {
+            if let Some(inner) = composite_of(btf, m.type_id) {
+                if let Some((bits, ty)) = member_offset(btf, inner, name) {
+                    return Some((m.bit_offset + bits, ty));
+                }
+            }
+        }
+    }
+    None
+}
+
+fn composite_of<'a>(btf: &'a Btf, type_id: u32) -> Option<&'a BtfComposite<'a>> {
+    match btf.type_by_id(btf.skip_mods_and_typedefs(type_id)) {
+        BtfType::Struct(c) | BtfType::Union(c) => Some(c),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn running_kernel_offsets_are_plausible() {
+        let Ok(data) = std::fs::read(VMLINUX_BTF) else {
+            eprintln!("skipped: no {VMLINUX_BTF}");
+            return;
+        };
+        let offsets = KernelOffsets::from_btf_bytes(&data).expect("offsets");
+        // task_struct is several KiB; mm and pending sit well inside it, pointer-aligned.
+        assert!(
+            offsets.task_mm > 0 && offsets.task_mm < 16384,
+            "{offsets:?}"
+        );
+        assert_eq!(offsets.task_mm % 8, 0);
+        assert_eq!(offsets.task_pending_signal % 8, 0);
+        assert_ne!(offsets.task_mm, offsets.task_pending_signal);
+        assert!(offsets.mm_mmap_lock > 0 && offsets.mm_mmap_lock % 8 == 0);
+    }
+
+    #[test]
+    fn missing_member_is_named() {
+        let Ok(data) = std::fs::read(VMLINUX_BTF) else {
+            eprintln!("skipped: no {VMLINUX_BTF}");
+            return;
+        };
+        let btf = Btf::load_raw(&data).unwrap();
+        let err = byte_offset(&btf, "task_struct", &["no_such_member"]).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("task_struct has no member no_such_member"),
+            "{err}"
+        );
+        assert!(byte_offset(&btf, "no_such_struct_xyz", &["mm"]).is_err());
+    }
+}

@@ -1,0 +1,7 @@
+//! What the running system tells us at startup: kernel struct offsets (BTF), tracepoint layouts
+//! (tracefs), processes (procfs) and our privileges.
+
+pub mod btf;
+pub mod privilege;
+pub mod procfs;
+pub mod tracefs;

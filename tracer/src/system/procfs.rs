@@ -1,0 +1,170 @@
+//! What /proc says about the traced processes: names, liveness, threads, executable mappings.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::{bail, Result};
+
+pub fn comm(pid: u32) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .ok()
+        .map(|s| s.trim_end().to_string())
+}
+
+/// Fails with "no such process" unless `pid` is a live process (not merely a thread id).
+pub fn require_process(pid: u32) -> Result<()> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"));
+    match status {
+        Ok(text) if tgid_of(&text) == Some(pid) => Ok(()),
+        Ok(_) => bail!("{pid} is a thread, not a process: pass its process id (tgid)"),
+        Err(_) => bail!("no such process: {pid}"),
+    }
+}
+
+fn tgid_of(status: &str) -> Option<u32> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// True while the process runs; false once it is gone or a zombie (exited, not yet reaped).
+pub fn is_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !matches!(stat_state(&stat), Some('Z' | 'X')),
+        Err(_) => false,
+    }
+}
+
+/// The state letter of /proc/PID/stat: after the last ')' (comm may contain spaces and parens).
+fn stat_state(stat: &str) -> Option<char> {
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+pub fn thread_count(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// One executable file mapping of a process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    pub file_offset: u64,
+    pub path: PathBuf,
+}
+
+/// Parses /proc/PID/maps, keeping executable mappings backed by a file (what user stack
+/// addresses can point into).
+pub fn parse_exec_mappings(maps: &str) -> Vec<Mapping> {
+    maps.lines().filter_map(parse_maps_line).collect()
+}
+
+fn parse_maps_line(line: &str) -> Option<Mapping> {
+    let mut cols = line.splitn(6, char::is_whitespace);
+    let range = cols.next()?;
+    let perms = cols.next()?;
+    let offset = cols.next()?;
+    let _dev = cols.next()?;
+    let _inode = cols.next()?;
+    let path = cols.next()?.trim_start();
+    if !perms.contains('x') || !path.starts_with('/') {
+        return None;
+    }
+    let (start, end) = range.split_once('-')?;
+    Some(Mapping {
+        start: u64::from_str_radix(start, 16).ok()?,
+        end: u64::from_str_radix(end, 16).ok()?,
+        file_offset: u64::from_str_radix(offset, 16).ok()?,
+        path: PathBuf::from(path.trim_end_matches(" (deleted)")),
+    })
+}
+
+/// Every executable mapping seen during the trace, so that user addresses can be symbolized
+/// after the process (or a library it unloaded) is gone.
+#[derive(Clone, Debug, Default)]
+pub struct MappingHistory {
+    by_start: BTreeMap<u64, Mapping>,
+}
+
+impl MappingHistory {
+    pub fn refresh(&mut self, pid: u32) {
+        if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) {
+            self.add_all(parse_exec_mappings(&text));
+        }
+    }
+
+    pub fn add_all(&mut self, mappings: Vec<Mapping>) {
+        for m in mappings {
+            self.by_start.insert(m.start, m);
+        }
+    }
+
+    /// The mapping containing `addr`, if any.
+    pub fn find(&self, addr: u64) -> Option<&Mapping> {
+        let (_, m) = self.by_start.range(..=addr).next_back()?;
+        (addr < m.end).then_some(m)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_start.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAPS: &str = "\
+55d0c0a00000-55d0c0a02000 r--p 00000000 fe:01 123 /usr/bin/cat
+55d0c0a02000-55d0c0a07000 r-xp 00002000 fe:01 123 /usr/bin/cat
+7f10aa000000-7f10aa200000 rw-p 00000000 00:00 0
+7f10ab028000-7f10ab1bd000 r-xp 00028000 fe:01 456 /usr/lib/x86_64-linux-gnu/libc.so.6
+7f10ab300000-7f10ab301000 r-xp 00000000 fe:01 789 /tmp/my lib.so (deleted)
+7ffd1c5f0000-7ffd1c5f2000 r-xp 00000000 00:00 0                          [vdso]
+";
+
+    #[test]
+    fn keeps_executable_file_mappings_only() {
+        let m = parse_exec_mappings(MAPS);
+        assert_eq!(m.len(), 3);
+        assert_eq!(m[0].start, 0x55d0c0a02000);
+        assert_eq!(m[0].file_offset, 0x2000);
+        assert_eq!(
+            m[1].path,
+            PathBuf::from("/usr/lib/x86_64-linux-gnu/libc.so.6")
+        );
+        assert_eq!(m[2].path, PathBuf::from("/tmp/my lib.so"));
+    }
+
+    #[test]
+    fn history_finds_the_containing_mapping() {
+        let mut h = MappingHistory::default();
+        h.add_all(parse_exec_mappings(MAPS));
+        assert_eq!(h.find(0x7f10ab028000 + 5).unwrap().file_offset, 0x28000);
+        assert!(h.find(0x7f10ab1bd000).is_none(), "end is exclusive");
+        assert!(h.find(0x7f10aa000100).is_none(), "anonymous mapping");
+        assert!(h.find(1).is_none());
+    }
+
+    #[test]
+    fn stat_state_survives_odd_comms() {
+        assert_eq!(stat_state("42 (a) b) c) S 1 2"), Some('S'));
+        assert_eq!(stat_state("42 (zz) Z 1 2"), Some('Z'));
+    }
+
+    #[test]
+    fn own_process_is_alive_and_named() {
+        let me = std::process::id();
+        assert!(is_alive(me));
+        require_process(me).unwrap();
+        assert!(comm(me).is_some());
+        assert!(thread_count(me) >= 1);
+        assert!(require_process(u32::MAX - 1)
+            .unwrap_err()
+            .to_string()
+            .contains("no such process"));
+    }
+}
