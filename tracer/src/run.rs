@@ -77,8 +77,20 @@ pub fn run(cli: Cli) -> Result<()> {
         .context("starting the event loop")?;
     let watch = runtime.block_on(watch_until_done(&cli.pid, cli.duration))?;
 
+    let phase = Instant::now();
     let harvest = probes.harvest()?;
+    log::info!(
+        "harvested {} entries in {:?}",
+        harvest.entries.len(),
+        phase.elapsed()
+    );
+    let phase = Instant::now();
     let symbols = symbolize(&harvest, &watch.mappings);
+    log::info!(
+        "symbolized {} stacks in {:?}",
+        symbols.len(),
+        phase.elapsed()
+    );
     let meta = TraceMeta {
         pids: cli.pid.clone(),
         comm,

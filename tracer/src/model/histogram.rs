@@ -31,7 +31,8 @@ pub fn percentile(hist: &[u64; HIST_SLOTS], q: f64, max_ns: u64) -> u64 {
         if seen + n >= rank {
             let (lo, hi) = slot_bounds(slot);
             let within = (rank - seen) as f64 / n as f64;
-            let value = lo as f64 + within * (hi - lo) as f64;
+            // hi is exclusive: the largest value a slot holds is hi - 1.
+            let value = lo as f64 + within * (hi - 1 - lo) as f64;
             return (value as u64).min(max_ns);
         }
         seen += n;

@@ -249,7 +249,12 @@ fn entry_of(raw: &RawEntry, harvest: &Harvest, symbols: &Symbols) -> Entry {
         })
         .flatten();
     let mut frames: Vec<Frame> = user.cloned().unwrap_or_default();
-    frames.extend(kernel.cloned().unwrap_or_default());
+    frames.extend(
+        kernel
+            .map_or(&[][..], |k| without_tracing_frames(k))
+            .iter()
+            .cloned(),
+    );
     let outside = k.locker_pid != 0;
     Entry {
         kind: if k.kind == KIND_WAIT {
@@ -282,6 +287,27 @@ fn entry_of(raw: &RawEntry, harvest: &Harvest, symbols: &Symbols) -> Entry {
     }
 }
 
+/// The innermost kernel frames are the tracepoint's own machinery (the stack is taken inside
+/// it): they say nothing about who locked, so they are left out.
+pub fn without_tracing_frames(frames: &[Frame]) -> &[Frame] {
+    const MACHINERY: [&str; 5] = [
+        "__mmap_lock_do_trace_",
+        "__traceiter_",
+        "trace_mmap_lock",
+        "perf_trace_",
+        "bpf_",
+    ];
+    let skip = frames
+        .iter()
+        .take_while(|f| {
+            f.symbol
+                .as_deref()
+                .is_some_and(|s| MACHINERY.iter().any(|m| s.starts_with(m)))
+        })
+        .count();
+    &frames[skip..]
+}
+
 /// User stacks of outside lockers belong to the locker's address space, not the target's.
 fn user_stack_owner(raw: &RawEntry) -> u32 {
     if raw.key.locker_pid != 0 {
@@ -299,33 +325,43 @@ fn histogram_rows(hist: &[u64; HIST_SLOTS]) -> Vec<[u64; 2]> {
         .collect()
 }
 
+/// Running sums of one (cause, kind, mode) group.
+struct CauseGroup {
+    count: u64,
+    total_ns: u64,
+    max_ns: u64,
+    hist: [u64; HIST_SLOTS],
+}
+
 /// Groups entries by (cause, kind, mode), merging histograms for the p99.
 fn cause_rows(entries: &[Entry]) -> Vec<CauseRow> {
-    let mut groups: HashMap<(Cause, Kind, Mode), (u64, u64, u64, [u64; HIST_SLOTS])> =
-        HashMap::new();
+    let mut groups: HashMap<(Cause, Kind, Mode), CauseGroup> = HashMap::new();
     for e in entries {
         let g = groups
             .entry((e.cause, e.kind, e.mode))
-            .or_insert((0, 0, 0, [0; HIST_SLOTS]));
-        g.0 += e.count;
-        g.1 += e.total_ns;
-        g.2 = g.2.max(e.max_ns);
-        merge(&mut g.3, &hist_from_rows(&e.histogram));
+            .or_insert(CauseGroup {
+                count: 0,
+                total_ns: 0,
+                max_ns: 0,
+                hist: [0; HIST_SLOTS],
+            });
+        g.count += e.count;
+        g.total_ns += e.total_ns;
+        g.max_ns = g.max_ns.max(e.max_ns);
+        merge(&mut g.hist, &hist_from_rows(&e.histogram));
     }
     let mut rows: Vec<CauseRow> = groups
         .into_iter()
-        .map(
-            |((cause, kind, mode), (count, total_ns, max_ns, hist))| CauseRow {
-                cause,
-                kind,
-                mode,
-                count,
-                total_ns,
-                avg_ns: total_ns / count.max(1),
-                p99_ns: percentile(&hist, 0.99, max_ns),
-                max_ns,
-            },
-        )
+        .map(|((cause, kind, mode), g)| CauseRow {
+            cause,
+            kind,
+            mode,
+            count: g.count,
+            total_ns: g.total_ns,
+            avg_ns: g.total_ns / g.count.max(1),
+            p99_ns: percentile(&g.hist, 0.99, g.max_ns),
+            max_ns: g.max_ns,
+        })
         .collect();
     rows.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.cause.cmp(&b.cause)));
     rows
@@ -337,4 +373,211 @@ fn hist_from_rows(rows: &[[u64; 2]]) -> [u64; HIST_SLOTS] {
         hist[tracer_common::log2_slot(lower)] += n;
     }
     hist
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use tracer_common::{AggKey, AggValue, Counter, KIND_HOLD, MODE_READ};
+
+    fn frame(kernel: bool, symbol: &str) -> Frame {
+        Frame {
+            kernel,
+            module: if kernel {
+                "kernel".into()
+            } else {
+                "/usr/bin/app".into()
+            },
+            symbol: Some(symbol.into()),
+            addr: 0x1000,
+            ..Frame::default()
+        }
+    }
+
+    fn raw(
+        kind: u8,
+        mode: u8,
+        kernel_stack: i32,
+        user_stack: i32,
+        locker_pid: u32,
+        samples: &[u64],
+    ) -> RawEntry {
+        let mut value = AggValue::default();
+        for &ns in samples {
+            value.add(ns);
+        }
+        RawEntry {
+            key: AggKey {
+                pid: 42,
+                tid: if locker_pid != 0 { 77 } else { 0 },
+                locker_pid,
+                kernel_stack,
+                user_stack,
+                kind,
+                mode,
+                _pad: [0; 2],
+            },
+            value,
+        }
+    }
+
+    /// A small but complete trace: a munmap writer, faulting readers, a /proc reader, and
+    /// short events without stacks.
+    pub(crate) fn sample() -> (Harvest, Symbols, TraceMeta) {
+        let mut harvest = Harvest {
+            entries: vec![
+                raw(KIND_WAIT, MODE_WRITE, 1, 2, 0, &[3_000_000, 5_000_000]),
+                raw(KIND_HOLD, MODE_WRITE, 1, 2, 0, &[40_000_000]),
+                raw(KIND_WAIT, MODE_READ, 3, NO_STACK, 0, &[1_000_000]),
+                raw(KIND_HOLD, MODE_READ, 4, NO_STACK, 9, &[20_000]),
+                raw(KIND_HOLD, MODE_READ, NO_STACK, NO_STACK, 0, &[900, 1_100]),
+            ],
+            ..Harvest::default()
+        };
+        harvest.totals[1].acquisitions = 3;
+        harvest.totals[1].wait_ns = 8_000_000;
+        harvest.totals[1].max_hold_ns = 40_000_000;
+        harvest.totals[0].wait_ns = 1_000_000;
+        harvest.totals[2].acquisitions = 1;
+        harvest.counters = Counter::ALL.iter().map(|&c| (c, 0)).collect();
+        harvest.counters[Counter::UnpairedRelease as usize].1 = 2;
+        harvest.locker_comms.insert(9, "cat".into());
+        let mut symbols = Symbols::new();
+        symbols.insert(
+            StackRef::Kernel(1),
+            vec![
+                frame(true, "__mmap_lock_do_trace_released"),
+                frame(true, "__vm_munmap"),
+                frame(true, "do_syscall_64"),
+            ],
+        );
+        symbols.insert(
+            StackRef::User { pid: 42, id: 2 },
+            vec![frame(false, "munmap"), frame(false, "scan_file")],
+        );
+        symbols.insert(
+            StackRef::Kernel(3),
+            vec![
+                frame(true, "lock_mm_and_find_vma"),
+                frame(true, "exc_page_fault"),
+            ],
+        );
+        symbols.insert(
+            StackRef::Kernel(4),
+            vec![frame(true, "show_smaps_rollup"), frame(true, "seq_read")],
+        );
+        let meta = TraceMeta {
+            pids: vec![42],
+            comm: "app".into(),
+            max_threads: 4,
+            duration_ns: 1_000_000_000,
+            thread_time_ns: 4_000_000_000,
+            exited: false,
+            stack_threshold_ns: 10_000,
+        };
+        (harvest, symbols, meta)
+    }
+
+    #[test]
+    fn entries_are_sorted_classified_and_symbolized() {
+        let (harvest, symbols, meta) = sample();
+        let r = build_report(&harvest, &symbols, &meta);
+        assert_eq!(r.entries.len(), 5);
+        let top = &r.entries[0];
+        assert_eq!(
+            (top.kind, top.mode, top.cause),
+            (Kind::Hold, Mode::Write, Cause::Munmap)
+        );
+        assert_eq!(top.total_ns, 40_000_000);
+        let names: Vec<&str> = top
+            .frames
+            .iter()
+            .filter_map(|f| f.symbol.as_deref())
+            .collect();
+        assert_eq!(
+            names,
+            ["munmap", "scan_file", "__vm_munmap", "do_syscall_64"],
+            "user first, no tracing frames"
+        );
+        let wait = &r.entries[1];
+        assert_eq!(
+            (wait.kind, wait.count, wait.max_ns),
+            (Kind::Wait, 2, 5_000_000)
+        );
+        assert!(wait.p50_ns <= wait.p99_ns && wait.p99_ns <= wait.max_ns);
+        let fault = r
+            .entries
+            .iter()
+            .find(|e| e.cause == Cause::PageFault)
+            .unwrap();
+        assert!(fault.stack_collected && !fault.outside_locker);
+        let reader = r.entries.iter().find(|e| e.outside_locker).unwrap();
+        assert_eq!(reader.cause, Cause::ProcReader);
+        assert_eq!(
+            reader.locker,
+            Some(Locker {
+                pid: 9,
+                comm: Some("cat".into())
+            })
+        );
+        let short = r.entries.last().unwrap();
+        assert_eq!(
+            (short.cause, short.stack_collected),
+            (Cause::NoStack, false)
+        );
+    }
+
+    #[test]
+    fn totals_wait_share_and_lost_counters() {
+        let (harvest, symbols, meta) = sample();
+        let r = build_report(&harvest, &symbols, &meta);
+        assert_eq!(r.totals.write.acquisitions, 3);
+        assert_eq!(
+            r.totals.read.acquisitions, 1,
+            "outside lockers count in the lock's totals"
+        );
+        assert_eq!(r.outside_totals.read.acquisitions, 1);
+        assert!(
+            (r.wait_share - 9_000_000.0 / 4e9).abs() < 1e-12,
+            "{}",
+            r.wait_share
+        );
+        assert_eq!(r.lost.len(), Counter::ALL.len(), "zero counters are kept");
+        assert_eq!(r.lost["unpaired_release"], 2);
+    }
+
+    #[test]
+    fn cause_rows_merge_entries() {
+        let (mut harvest, symbols, meta) = sample();
+        // A second munmap write-wait stack with another user stack.
+        harvest
+            .entries
+            .push(raw(KIND_WAIT, MODE_WRITE, 1, NO_STACK, 0, &[7_000_000]));
+        let r = build_report(&harvest, &symbols, &meta);
+        let row = r
+            .causes
+            .iter()
+            .find(|c| c.cause == Cause::Munmap && c.kind == Kind::Wait)
+            .unwrap();
+        assert_eq!(
+            (row.count, row.total_ns, row.max_ns),
+            (3, 15_000_000, 7_000_000)
+        );
+        assert_eq!(r.causes[0].total_ns, 40_000_000, "largest first");
+    }
+
+    #[test]
+    fn tracing_machinery_frames_are_trimmed_only_at_the_top() {
+        let frames = vec![
+            frame(true, "__traceiter_mmap_lock_released"),
+            frame(true, "__mmap_lock_do_trace_released"),
+            frame(true, "__vm_munmap"),
+            frame(true, "bpf_inner_looking_but_real"),
+        ];
+        let kept: Vec<_> = without_tracing_frames(&frames)
+            .iter()
+            .filter_map(|f| f.symbol.clone())
+            .collect();
+        assert_eq!(kept, ["__vm_munmap", "bpf_inner_looking_but_real"]);
+    }
 }

@@ -9,3 +9,35 @@ pub fn render(report: &Report) -> Result<String> {
     text.push('\n');
     Ok(text)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{build_report, report::tests::sample};
+
+    #[test]
+    fn json_carries_the_schema_fields() {
+        let (harvest, symbols, meta) = sample();
+        let text = render(&build_report(&harvest, &symbols, &meta)).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["version"], 1);
+        assert_eq!(v["target"]["pids"], serde_json::json!([42]));
+        assert_eq!(v["target"]["comm"], "app");
+        assert_eq!(v["totals"]["write"]["acquisitions"], 3);
+        assert_eq!(v["totals"]["write"]["max_hold_ns"], 40_000_000);
+        let top = &v["entries"][0];
+        assert_eq!(top["kind"], "hold");
+        assert_eq!(top["mode"], "write");
+        assert_eq!(top["cause"], "munmap");
+        assert_eq!(top["outside_locker"], false);
+        assert_eq!(top["frames"][0]["kernel"], false);
+        assert_eq!(top["frames"][0]["symbol"], "munmap");
+        assert!(top["frames"][0]["file"].is_null() && top["frames"][0]["line"].is_null());
+        assert_eq!(v["entries"][3]["cause"], "proc_reader");
+        assert_eq!(v["lost"]["unpaired_release"], 2);
+        assert_eq!(
+            v["lost"]["aggregation_map_full"], 0,
+            "zero counters are present"
+        );
+    }
+}

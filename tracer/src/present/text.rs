@@ -200,3 +200,87 @@ fn footer(out: &mut String, r: &Report) {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{build_report, report::tests::sample};
+
+    fn rendered() -> String {
+        let (harvest, symbols, meta) = sample();
+        render(&build_report(&harvest, &symbols, &meta), 10)
+    }
+
+    #[test]
+    fn header_totals_and_causes() {
+        let text = rendered();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            "mmapsem-trace: pid 42 (app), 4 threads, traced 1.00 s"
+        );
+        assert!(
+            lines[1].starts_with("waiting for mmap_lock: 0.2% of thread time (9.00 ms of 4.00 s)"),
+            "{}",
+            lines[1]
+        );
+        assert!(text.contains("\nwrite           3"), "{text}");
+        assert!(text.contains("of which by outside lockers"), "{text}");
+        assert!(
+            text.contains("munmap            hold  write          1   40.00 ms"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn blocks_in_the_2008_format() {
+        let text = rendered();
+        let block = "=====> Total: 40.000 ms, average: 40.000 ms, max: 40.000 ms, p99: 40.000 ms, times: 1  [hold, write, munmap]\n\
+                     === /usr/bin/app (munmap)\n=== /usr/bin/app (scan_file)\n=== kernel (__vm_munmap)\n=== kernel (do_syscall_64)\n";
+        assert!(text.contains(block), "{text}");
+        assert!(
+            text.contains("[hold, read, /proc reader, outside locker: cat pid 9]"),
+            "{text}"
+        );
+        assert!(
+            text.contains("=== (no stack: each under the 10.0 µs stack threshold"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn footer_lists_nonzero_losses_only() {
+        let text = rendered();
+        assert!(
+            text.trim_end()
+                .ends_with("Lost or unpaired events: unpaired_release=2"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn top_limits_blocks() {
+        let (harvest, symbols, meta) = sample();
+        let text = render(&build_report(&harvest, &symbols, &meta), 2);
+        assert_eq!(text.matches("=====>").count(), 2);
+        assert!(text.contains("Top 2 of 5 call stacks"));
+    }
+
+    #[test]
+    fn frame_lines() {
+        let mut f = Frame {
+            kernel: false,
+            module: "/lib/libc.so.6".into(),
+            symbol: Some("mmap".into()),
+            offset: Some(0x1a),
+            addr: 0x7f00,
+            ..Frame::default()
+        };
+        assert_eq!(frame_line(&f), "/lib/libc.so.6 (mmap+0x1a)");
+        f.file = Some("scanners.c".into());
+        f.line = Some(470);
+        assert_eq!(frame_line(&f), "/lib/libc.so.6 (mmap) scanners.c:470");
+        f.symbol = None;
+        assert_eq!(frame_line(&f), "/lib/libc.so.6 (0x7f00)");
+    }
+}

@@ -50,7 +50,7 @@ pub fn byte_offset(btf: &Btf, root: &str, path: &[&str]) -> Result<u32> {
                 .ok_or_else(|| anyhow!("kernel BTF: {root}.{name} is not a struct"))?;
         }
     }
-    if bits % 8 != 0 {
+    if !bits.is_multiple_of(8) {
         bail!("kernel BTF: {root}.{} is a bitfield", path.join("."));
     }
     Ok(bits / 8)
@@ -109,7 +109,7 @@ mod tests {
         assert_eq!(offsets.task_mm % 8, 0);
         assert_eq!(offsets.task_pending_signal % 8, 0);
         assert_ne!(offsets.task_mm, offsets.task_pending_signal);
-        assert!(offsets.mm_mmap_lock > 0 && offsets.mm_mmap_lock % 8 == 0);
+        assert!(offsets.mm_mmap_lock > 0 && offsets.mm_mmap_lock.is_multiple_of(8));
     }
 
     #[test]

@@ -1,0 +1,82 @@
+//! Bad input: one clear line on stderr and a non-zero exit.
+
+mod common;
+
+use std::process::{Command, Output};
+
+use common::{bpf_available, TRACER};
+
+fn run(args: &[&str]) -> Output {
+    Command::new(TRACER)
+        .args(args)
+        .output()
+        .expect("running tracer")
+}
+
+fn assert_one_line_error(out: &Output, expected: &str) {
+    assert!(!out.status.success(), "exit status {}", out.status);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "want one line, got:\n{stderr}");
+    assert!(lines[0].starts_with("mmapsem-trace: "), "{stderr}");
+    assert!(lines[0].contains(expected), "want {expected:?} in {stderr}");
+}
+
+#[test]
+fn no_such_pid() {
+    let out = run(&["-p", "3999999"]);
+    assert_one_line_error(&out, "no such process: 3999999");
+}
+
+#[test]
+fn unwritable_output_is_refused_before_tracing() {
+    let me = std::process::id().to_string();
+    let out = run(&["-p", &me, "-o", "/nonexistent-mmapsem-dir/report.json"]);
+    assert_one_line_error(&out, "cannot write /nonexistent-mmapsem-dir/report.json");
+}
+
+#[test]
+fn not_enough_privilege_names_the_capabilities() {
+    let me = std::process::id().to_string();
+    let out = if unsafe { libc::geteuid() } == 0 {
+        // Drop to nobody with no capabilities at all.
+        Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--bounding-set=-all",
+                "--",
+            ])
+            .arg(TRACER)
+            .args(["-p", &me])
+            .output()
+            .expect("setpriv (util-linux) is needed to drop privileges")
+    } else {
+        run(&["-p", &me])
+    };
+    assert_one_line_error(
+        &out,
+        "not enough privilege: tracing needs CAP_BPF and CAP_PERFMON (or run as root)",
+    );
+}
+
+#[test]
+fn missing_tracepoint_is_named_with_its_kernel() {
+    if !bpf_available("missing_tracepoint_is_named_with_its_kernel") {
+        return;
+    }
+    let fake = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(fake.path().join("events/sched")).unwrap();
+    let me = std::process::id().to_string();
+    let out = Command::new(TRACER)
+        .env("MMAPSEM_TRACEFS", fake.path())
+        .args(["-p", &me])
+        .output()
+        .unwrap();
+    assert_one_line_error(
+        &out,
+        "kernel lacks tracepoint mmap_lock:mmap_lock_start_locking (added in Linux 5.10",
+    );
+}

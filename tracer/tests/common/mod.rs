@@ -1,0 +1,194 @@
+//! Helpers for the integration tests: the real tracer binary against the real workload, on the
+//! real kernel.
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+pub const TRACER: &str = env!("CARGO_BIN_EXE_mmapsem-trace");
+
+/// True when BPF tests can run here. Without it, with MMAPSEM_REQUIRE_BPF=1 (CI) the test
+/// fails; otherwise it is skipped with the reason printed.
+pub fn bpf_available(test: &str) -> bool {
+    let reason = if unsafe { libc::geteuid() } != 0 {
+        Some("not root".to_string())
+    } else if !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
+        Some("no /sys/kernel/btf/vmlinux".to_string())
+    } else {
+        None
+    };
+    match reason {
+        None => true,
+        Some(why) if std::env::var("MMAPSEM_REQUIRE_BPF").as_deref() == Ok("1") => {
+            panic!("{test}: BPF required (MMAPSEM_REQUIRE_BPF=1) but unavailable: {why}")
+        }
+        Some(why) => {
+            eprintln!("skipped {test}: {why}");
+            false
+        }
+    }
+}
+
+/// The workload binary: $MMAPSEM_WORKLOAD (set by `cargo xtask test`) or the one next to the
+/// tracer in the same target directory.
+pub fn workload_path() -> PathBuf {
+    if let Some(path) = std::env::var_os("MMAPSEM_WORKLOAD") {
+        return path.into();
+    }
+    let sibling = PathBuf::from(TRACER).with_file_name("mmapsem-workload");
+    assert!(
+        sibling.exists(),
+        "{} missing: build it first (cargo build -p workload) or set MMAPSEM_WORKLOAD",
+        sibling.display()
+    );
+    sibling
+}
+
+/// A workload process started idle (--wait-signal).
+pub struct Workload {
+    pub child: Child,
+    pub pid: u32,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Workload {
+    pub fn spawn(args: &[&str]) -> Self {
+        let mut child = Command::new(workload_path())
+            .arg("--wait-signal")
+            .args(args)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawning workload");
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        let pid = line
+            .trim()
+            .strip_prefix("ready pid=")
+            .unwrap_or_else(|| panic!("unexpected first workload line {line:?}"))
+            .parse()
+            .unwrap();
+        Self { child, pid, stdout }
+    }
+
+    pub fn start(&self) {
+        unsafe { libc::kill(self.pid as i32, libc::SIGUSR1) };
+    }
+
+    /// Waits for exit and returns the rest of stdout.
+    pub fn finish(mut self) -> String {
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut self.stdout, &mut rest).unwrap();
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "workload failed: {status}\n{rest}");
+        rest
+    }
+}
+
+/// Reads `key=<u64>` from workload output.
+pub fn value_of(output: &str, key: &str) -> u64 {
+    output
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("no {key}= in workload output:\n{output}"))
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// A running tracer whose stderr is watched for the "attached" line.
+pub struct Tracer {
+    child: Child,
+    stderr_lines: mpsc::Receiver<String>,
+    stderr_seen: Vec<String>,
+}
+
+pub struct TracerResult {
+    pub status: std::process::ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Tracer {
+    pub fn spawn(args: &[String]) -> Self {
+        let mut child = Command::new(TRACER)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawning tracer");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Self {
+            child,
+            stderr_lines: rx,
+            stderr_seen: Vec::new(),
+        }
+    }
+
+    /// Blocks until the tracer says it is attached; panics with its stderr if it never does.
+    pub fn wait_attached(&mut self) {
+        loop {
+            match self.stderr_lines.recv_timeout(Duration::from_secs(60)) {
+                Ok(line) => {
+                    let attached = line.contains("attached");
+                    self.stderr_seen.push(line);
+                    if attached {
+                        return;
+                    }
+                }
+                Err(_) => {
+                    let _ = self.child.kill();
+                    panic!(
+                        "tracer never attached; stderr:\n{}",
+                        self.stderr_seen.join("\n")
+                    );
+                }
+            }
+        }
+    }
+
+    pub fn finish(mut self) -> TracerResult {
+        let mut stdout = String::new();
+        std::io::Read::read_to_string(self.child.stdout.as_mut().unwrap(), &mut stdout).unwrap();
+        let status = self.child.wait().unwrap();
+        self.stderr_seen.extend(self.stderr_lines.try_iter());
+        TracerResult {
+            status,
+            stdout,
+            stderr: self.stderr_seen.join("\n"),
+        }
+    }
+}
+
+/// Traces a workload run from its first instruction of work to its exit; returns the tracer's
+/// result (its report on stdout) and the workload's output.
+pub fn trace_workload(workload_args: &[&str], tracer_args: &[&str]) -> (TracerResult, String) {
+    let workload = Workload::spawn(workload_args);
+    let mut args = vec!["-p".to_string(), workload.pid.to_string()];
+    args.extend(tracer_args.iter().map(|s| s.to_string()));
+    let mut tracer = Tracer::spawn(&args);
+    tracer.wait_attached();
+    workload.start();
+    let workload_output = workload.finish();
+    let result = tracer.finish();
+    assert!(
+        result.status.success(),
+        "tracer failed: {}\nstderr:\n{}",
+        result.status,
+        result.stderr
+    );
+    (result, workload_output)
+}

@@ -1,0 +1,287 @@
+//! End-to-end: the real tracer, loading the real eBPF programs, tracing the bundled workload.
+//! Needs root and a BTF kernel with mmap_lock tracepoints (see common::bpf_available).
+
+mod common;
+
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use common::{bpf_available, trace_workload, value_of, Tracer, Workload};
+use serde_json::Value;
+
+/// One trace at a time: they share two CPUs, and the timing assertions want them quiet.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn json(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("invalid JSON ({e}):\n{text}"))
+}
+
+fn entries(report: &Value) -> &Vec<Value> {
+    report["entries"].as_array().expect("entries array")
+}
+
+fn symbols(entry: &Value) -> Vec<String> {
+    entry["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["symbol"].as_str().map(str::to_string))
+        .collect()
+}
+
+const UNPAIRED: [&str; 5] = [
+    "unpaired_acquire",
+    "unpaired_release",
+    "start_while_waiting",
+    "start_while_holding",
+    "mode_mismatch",
+];
+
+#[test]
+fn churn_shows_both_modes_waits_and_the_writer_paths() {
+    if !bpf_available("churn_shows_both_modes_waits_and_the_writer_paths") {
+        return;
+    }
+    let _serial = serial();
+    let (result, workload_out) = trace_workload(
+        &["churn", "--threads", "4", "--writer", "--seconds", "3"],
+        &["--format", "json", "--stack-threshold", "0"],
+    );
+    let report = json(&result.stdout);
+    assert_eq!(
+        report["target"]["exited"], true,
+        "the workload exited by itself"
+    );
+    assert!(result.stderr.contains("target exited"), "{}", result.stderr);
+
+    let totals = &report["totals"];
+    let iterations = value_of(&workload_out, "iterations");
+    for mode in ["read", "write"] {
+        assert!(
+            totals[mode]["acquisitions"].as_u64().unwrap() > 0,
+            "no {mode} acquisitions: {totals}"
+        );
+    }
+    // Every iteration maps and unmaps: at least two write acquisitions each.
+    assert!(
+        totals["write"]["acquisitions"].as_u64().unwrap() >= 2 * iterations,
+        "write acquisitions {} < 2 x {iterations} iterations",
+        totals["write"]["acquisitions"]
+    );
+    assert!(totals["write"]["wait_ns"].as_u64().unwrap() > 0);
+    assert!(
+        totals["write"]["max_wait_ns"].as_u64().unwrap() > 1_000_000,
+        "the writer makes ms-long waits: {totals}"
+    );
+    assert!(report["wait_share"].as_f64().unwrap() > 0.0);
+
+    let top_write_hold = entries(&report)
+        .iter()
+        .find(|e| e["kind"] == "hold" && e["mode"] == "write" && e["stack_collected"] == true)
+        .expect("a write hold with a stack");
+    let syms = symbols(top_write_hold);
+    assert!(
+        syms.iter().any(|s| [
+            "__vm_munmap",
+            "vm_mmap_pgoff",
+            "do_vmi_munmap",
+            "__x64_sys_munmap",
+            "__x64_sys_mmap"
+        ]
+        .contains(&s.as_str())),
+        "top write hold names no mmap/munmap path: {syms:?}"
+    );
+    // Frame pointers are on in the workload: its own functions show above libc.
+    assert!(
+        entries(&report)
+            .iter()
+            .flat_map(symbols)
+            .any(|s| s.contains("mmapsem_workload::churn")),
+        "no workload frame in any stack"
+    );
+    let causes: Vec<&str> = report["causes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["cause"].as_str().unwrap())
+        .collect();
+    for cause in ["munmap", "mmap", "page_fault"] {
+        assert!(
+            causes.contains(&cause),
+            "cause {cause} missing from {causes:?}"
+        );
+    }
+}
+
+#[test]
+fn known_write_hold_matches_the_workloads_own_measurement() {
+    if !bpf_available("known_write_hold_matches_the_workloads_own_measurement") {
+        return;
+    }
+    let _serial = serial();
+    let (result, workload_out) = trace_workload(
+        &["hold", "--size-mib", "256", "--repeat", "3"],
+        &["--format", "json", "--stack-threshold", "1ms"],
+    );
+    let report = json(&result.stdout);
+    let measured = value_of(&workload_out, "max_mprotect_ns") as f64;
+    let traced = report["totals"]["write"]["max_hold_ns"].as_u64().unwrap() as f64;
+    let error = (traced - measured).abs() / measured;
+    assert!(
+        error < 0.10,
+        "max write hold {traced} ns vs mprotect's own {measured} ns: {:.1}% off",
+        error * 100.0
+    );
+    let longest = entries(&report)
+        .iter()
+        .filter(|e| e["kind"] == "hold" && e["mode"] == "write")
+        .max_by_key(|e| e["max_ns"].as_u64().unwrap())
+        .unwrap();
+    assert_eq!(longest["cause"], "mprotect", "{longest}");
+}
+
+#[test]
+fn proc_maps_reader_is_an_outside_locker() {
+    if !bpf_available("proc_maps_reader_is_an_outside_locker") {
+        return;
+    }
+    let _serial = serial();
+    let workload = Workload::spawn(&["churn", "--threads", "2", "--seconds", "3"]);
+    let pid = workload.pid;
+    let mut tracer = Tracer::spawn(&[
+        "-p".into(),
+        pid.to_string(),
+        "--format".into(),
+        "json".into(),
+        "--stack-threshold".into(),
+        "0".into(),
+    ]);
+    tracer.wait_attached();
+    workload.start();
+    // Since Linux 6.17 /proc/PID/maps is read under per-VMA locks and takes mmap_lock only when
+    // that fails; smaps_rollup still takes it every time. Loop over both, as a monitor would.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut reads = 0;
+    while Instant::now() < deadline {
+        for file in ["maps", "smaps_rollup"] {
+            let status = Command::new("cat")
+                .arg(format!("/proc/{pid}/{file}"))
+                .stdout(std::process::Stdio::null())
+                .status()
+                .unwrap();
+            assert!(status.success());
+        }
+        reads += 1;
+    }
+    workload.finish();
+    let result = tracer.finish();
+    assert!(result.status.success(), "{}", result.stderr);
+    let report = json(&result.stdout);
+    let outside: Vec<&Value> = entries(&report)
+        .iter()
+        .filter(|e| e["outside_locker"] == true)
+        .collect();
+    assert!(
+        !outside.is_empty(),
+        "{reads} cat /proc/{pid}/{{maps,smaps_rollup}} runs but no outside locker"
+    );
+    assert!(
+        outside.iter().all(|e| e["locker"]["comm"] == "cat"),
+        "outside lockers: {:?}",
+        outside.iter().map(|e| &e["locker"]).collect::<Vec<_>>()
+    );
+    assert!(
+        outside.iter().any(|e| e["cause"] == "proc_reader"),
+        "no outside entry classified as a /proc reader"
+    );
+    assert!(
+        report["outside_totals"]["read"]["acquisitions"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+}
+
+#[test]
+fn clean_run_has_no_unpaired_events_and_json_matches_the_schema() {
+    if !bpf_available("clean_run_has_no_unpaired_events_and_json_matches_the_schema") {
+        return;
+    }
+    let _serial = serial();
+    let (result, _) = trace_workload(
+        &["churn", "--threads", "2", "--iterations", "200"],
+        &["--format", "json"],
+    );
+    let report = json(&result.stdout);
+    assert_schema(&report);
+    for name in UNPAIRED {
+        assert_eq!(
+            report["lost"][name], 0,
+            "{name} on a clean run: {}",
+            report["lost"]
+        );
+    }
+}
+
+/// The schema promised in README.md ("JSON output").
+fn assert_schema(r: &Value) {
+    assert_eq!(r["version"], 1);
+    assert!(r["target"]["pids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(Value::is_u64));
+    assert!(r["target"]["comm"].is_string());
+    assert!(r["duration_ns"].as_u64().unwrap() > 0);
+    for mode in ["read", "write"] {
+        for field in [
+            "acquisitions",
+            "failed_trylocks",
+            "wait_ns",
+            "max_wait_ns",
+            "hold_ns",
+            "max_hold_ns",
+        ] {
+            assert!(r["totals"][mode][field].is_u64(), "totals.{mode}.{field}");
+        }
+    }
+    let entries = entries(r);
+    assert!(!entries.is_empty());
+    for e in entries {
+        assert!(["wait", "hold"].contains(&e["kind"].as_str().unwrap()));
+        assert!(["read", "write"].contains(&e["mode"].as_str().unwrap()));
+        assert!(e["cause"].is_string());
+        for field in ["count", "total_ns", "max_ns", "p50_ns", "p99_ns"] {
+            assert!(e[field].is_u64(), "entry.{field}: {e}");
+        }
+        assert!(e["p50_ns"].as_u64() <= e["max_ns"].as_u64());
+        assert!(e["outside_locker"].is_boolean());
+        for f in e["frames"].as_array().unwrap() {
+            assert!(f["kernel"].is_boolean());
+            assert!(f["module"].is_string());
+            assert!(f["addr"].is_u64());
+            for nullable in ["symbol", "file", "line"] {
+                assert!(
+                    f.get(nullable).is_some(),
+                    "frame field {nullable} missing: {f}"
+                );
+            }
+        }
+    }
+    let lost = r["lost"].as_object().unwrap();
+    for name in UNPAIRED.iter().chain(&[
+        "aggregation_map_full",
+        "kernel_stack_collision",
+        "user_stack_failed",
+    ]) {
+        assert!(
+            lost[*name].is_u64(),
+            "lost.{name} missing (zeros are never omitted in JSON)"
+        );
+    }
+}
