@@ -34,7 +34,8 @@ pub static DISCOVER: Array<u32> = Array::with_max_entries(1, 0);
 #[map]
 pub static LOCKER_COMMS: HashMap<u32, [u8; 16]> = HashMap::with_max_entries(1024, 0);
 
-/// Per-(thread, mm) lock state. LRU so that threads that die mid-lock cannot fill it.
+/// Per-(thread, mm) lock state while a lock operation is in progress (deleted when idle). LRU so
+/// that threads dying mid-lock cannot fill it.
 #[map]
 pub static LOCK_STATE: LruHashMap<StateKey, LockState> = LruHashMap::with_max_entries(16384, 0);
 
@@ -56,6 +57,17 @@ pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_SL
 /// retrying inserts into a full map).
 #[map]
 pub static AGG_FULL: Array<u32> = Array::with_max_entries(1, 0);
+
+/// Slot 0 non-zero while tracing: set once every program is attached and cleared before any is
+/// detached, so that attaching and detaching one program at a time cannot leave half-seen lock
+/// operations (thousands a second on a busy target).
+#[map]
+pub static ARMED: Array<u32> = Array::with_max_entries(1, 0);
+
+#[inline(always)]
+pub fn armed() -> bool {
+    ARMED.get(0).is_some_and(|on| *on != 0)
+}
 
 #[inline(always)]
 pub fn count(counter: Counter) {

@@ -15,7 +15,7 @@ use tracer_common::{
 };
 
 use crate::{
-    maps::{config, count, AGG, AGG_FULL, LOCK_STATE, STACKS, TOTALS},
+    maps::{armed, config, count, AGG, AGG_FULL, LOCK_STATE, STACKS, TOTALS},
     target::{classify, fatal_signal_pending, Locker},
 };
 
@@ -61,6 +61,9 @@ fn on_lock_event(ctx: &TracePointContext, hook: Hook) -> Result<(), i64> {
     let Some(locker) = classify(mm) else {
         return Ok(());
     };
+    if !armed() {
+        return Ok(());
+    }
     let event = decode(ctx, hook, &fields)?;
     let key = StateKey {
         tid: locker.tid,
@@ -72,7 +75,13 @@ fn on_lock_event(ctx: &TracePointContext, hook: Hook) -> Result<(), i64> {
         return Ok(());
     };
     let now = unsafe { bpf_ktime_get_ns() };
-    let effects = unsafe { (*state).step(event, now) };
+    let (effects, idle) = unsafe { ((*state).step(event, now), (*state).is_idle()) };
+    if idle {
+        // Only threads inside a lock operation keep an entry. Left to LRU eviction, the
+        // entries of exited threads would push out live ones (a process creating thousands of
+        // threads a second fills any size), turning real waits into unpaired events.
+        let _ = LOCK_STATE.remove(&key);
+    }
     apply(ctx, &locker, &effects);
     Ok(())
 }

@@ -54,6 +54,7 @@ pub fn run(cli: Cli) -> Result<()> {
             log::debug!("mm of pid {pid} not discovered yet; its first lock will register it");
         }
     }
+    probes.set_armed(true)?;
 
     let comm = cli
         .pid

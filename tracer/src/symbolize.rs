@@ -124,7 +124,8 @@ fn push_symbolized(
         frames.push(base);
         return;
     };
-    for inlined in sym.inlined.iter().rev() {
+    // DWARF can name the function inlined into itself (libc's __GI___mmap64): skip such echoes.
+    for inlined in sym.inlined.iter().rev().filter(|i| i.name != sym.name) {
         let (file, line) = location(inlined.code_info.as_ref());
         frames.push(Frame {
             symbol: Some(inlined.name.to_string()),

@@ -285,3 +285,44 @@ fn assert_schema(r: &Value) {
         );
     }
 }
+
+#[test]
+fn attaching_to_a_busy_target_leaves_only_a_few_unpaired_events() {
+    if !bpf_available("attaching_to_a_busy_target_leaves_only_a_few_unpaired_events") {
+        return;
+    }
+    let _serial = serial();
+    let threads = 4;
+    let workload = Workload::spawn(&["churn", "--threads", "4", "--writer", "--seconds", "6"]);
+    workload.start();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut tracer = Tracer::spawn(&[
+        "-p".into(),
+        workload.pid.to_string(),
+        "-d".into(),
+        "2".into(),
+        "--format".into(),
+        "json".into(),
+    ]);
+    tracer.wait_attached();
+    let result = tracer.finish();
+    workload.finish();
+    assert!(result.status.success(), "{}", result.stderr);
+    let report = json(&result.stdout);
+    assert_eq!(
+        report["target"]["exited"], false,
+        "-d 2 ends before the 6 s workload"
+    );
+    // Only lock operations already in flight when the programs were armed can be half-seen:
+    // at most one per thread (workers, writer, main) and kind of event.
+    let unpaired: u64 = UNPAIRED
+        .iter()
+        .map(|n| report["lost"][*n].as_u64().unwrap())
+        .sum();
+    assert!(
+        unpaired <= 2 * (threads + 2),
+        "{unpaired} unpaired events attaching to a busy target: {}",
+        report["lost"]
+    );
+    assert!(report["totals"]["write"]["acquisitions"].as_u64().unwrap() > 0);
+}

@@ -1,22 +1,22 @@
-//! Attaching the mmap_lock tracepoint family.
+//! Loading and attaching the mmap_lock tracepoint family.
 
 use anyhow::{anyhow, Context as _, Result};
 use aya::{programs::TracePoint, Ebpf};
 
-use crate::system::tracefs::{MMAP_LOCK_ACQUIRED, MMAP_LOCK_RELEASED, MMAP_LOCK_START};
+use crate::system::tracefs::{Needed, MMAP_LOCK_ACQUIRED, MMAP_LOCK_RELEASED, MMAP_LOCK_START};
 
-/// Attaches release first and start last, so that a lock sequence in flight while attaching
-/// shows up as an unpaired release at worst, never as a wait or hold with a made-up start.
+const FAMILY: [Needed; 3] = [MMAP_LOCK_RELEASED, MMAP_LOCK_ACQUIRED, MMAP_LOCK_START];
+
+/// Verifies all three programs before attaching any (verification takes milliseconds), then
+/// attaches them back to back. The programs ignore events until the tracer arms them.
 pub fn attach(ebpf: &mut Ebpf) -> Result<()> {
-    for tp in [MMAP_LOCK_RELEASED, MMAP_LOCK_ACQUIRED, MMAP_LOCK_START] {
-        let program: &mut TracePoint = ebpf
-            .program_mut(tp.name)
-            .ok_or_else(|| anyhow!("eBPF object has no program {}", tp.name))?
-            .try_into()?;
-        program
+    for tp in FAMILY {
+        program(ebpf, &tp)?
             .load()
             .map_err(|e| super::explain_permission(anyhow!(e), &format!("loading {}", tp.name)))?;
-        program
+    }
+    for tp in FAMILY {
+        program(ebpf, &tp)?
             .attach(tp.category, tp.name)
             .map_err(|e| {
                 super::explain_permission(
@@ -27,4 +27,11 @@ pub fn attach(ebpf: &mut Ebpf) -> Result<()> {
             .with_context(|| format!("tracepoint {}:{}", tp.category, tp.name))?;
     }
     Ok(())
+}
+
+fn program<'a>(ebpf: &'a mut Ebpf, tp: &Needed) -> Result<&'a mut TracePoint> {
+    Ok(ebpf
+        .program_mut(tp.name)
+        .ok_or_else(|| anyhow!("eBPF object has no program {}", tp.name))?
+        .try_into()?)
 }

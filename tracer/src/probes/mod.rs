@@ -66,6 +66,12 @@ impl Probes {
         Ok(probes)
     }
 
+    /// Starts (true) or stops (false) event processing in every program at once.
+    pub fn set_armed(&mut self, on: bool) -> Result<()> {
+        let mut armed: Array<_, u32> = map(&mut self.ebpf, "ARMED")?;
+        armed.set(0, on as u32, 0).context("setting ARMED")
+    }
+
     /// Adds a target process: its threads' locks on its own mm are traced from now on.
     pub fn add_target(&mut self, pid: u32) -> Result<()> {
         let mut tgids: BpfHashMap<_, u32, u32> = map(&mut self.ebpf, "TARGET_TGIDS")?;
@@ -92,8 +98,9 @@ impl Probes {
         Ok(mms.iter().filter_map(|r| r.ok()).collect())
     }
 
-    /// Detaches the programs and reads everything they collected.
+    /// Stops the programs and reads everything they collected.
     pub fn harvest(mut self) -> Result<Harvest> {
+        self.set_armed(false)?;
         let target_mms = self.target_mms()?;
         let take = |ebpf: &mut Ebpf, name: &str| {
             ebpf.take_map(name)
@@ -105,7 +112,7 @@ impl Probes {
         let counters = take(&mut self.ebpf, "COUNTERS")?;
         let comms = take(&mut self.ebpf, "LOCKER_COMMS")?;
         let states = take(&mut self.ebpf, "LOCK_STATE")?;
-        // Dropping the object detaches every program: the maps stop moving while we read them.
+        // Disarmed above, so the maps no longer move; dropping the object detaches the programs.
         drop(self.ebpf);
 
         let entries = read_entries(PerCpuHashMap::try_from(agg)?)?;
