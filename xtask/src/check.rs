@@ -1,6 +1,9 @@
 //! `cargo xtask test`: the project's whole check, as CI runs it (`.ci/run`).
 
-use anyhow::{bail, Result};
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::process::Stdio;
+
+use anyhow::{bail, Context as _, Result};
 
 use crate::cmd::Cmd;
 use crate::paths;
@@ -18,21 +21,76 @@ pub fn run(test_args: &[String]) -> Result<()> {
     workspace::build(Profile::Debug)?;
 
     // fmt and clippy run even when tests fail, so one run reports every kind of problem.
-    let failures: Vec<String> = [
-        cargo_test(test_args),
+    let mut tally = Tally::default();
+    let mut failures: Vec<String> = Vec::new();
+    if let Err(err) = run_tallied(&cargo_test(test_args), &mut tally) {
+        failures.push(err.to_string());
+    }
+    for cmd in [
         Cmd::cargo(&["fmt", "--all", "--", "--check"]),
         Cmd::cargo(&["clippy", "--all-targets", "--", "-D", "warnings"]),
-    ]
-    .iter()
-    .filter_map(|cmd| cmd.run().err().map(|err| err.to_string()))
-    .collect();
+    ] {
+        if let Err(err) = cmd.run() {
+            failures.push(err.to_string());
+        }
+    }
 
+    // One closing line over every test binary, so that a reader (or CI) need not add up the
+    // per-binary `test result:` lines, the last of which is often an empty doc-test run.
+    println!("tests: {} passed, {} failed", tally.passed, tally.failed);
     if failures.is_empty() {
-        eprintln!("xtask test: all passed");
         Ok(())
     } else {
         bail!("{}", failures.join("\n"))
     }
+}
+
+/// Sums of cargo test's `test result:` lines.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Tally {
+    passed: u64,
+    failed: u64,
+}
+
+impl Tally {
+    /// Adds `test result: ok. 34 passed; 0 failed; 0 ignored; ...`; other lines are ignored.
+    fn add_line(&mut self, line: &str) {
+        let Some(rest) = line.strip_prefix("test result: ") else {
+            return;
+        };
+        for part in rest.split(';') {
+            let mut words = part.split_whitespace().rev();
+            let (Some(what), Some(n)) = (words.next(), words.next()) else {
+                continue;
+            };
+            let Ok(n) = n.parse::<u64>() else { continue };
+            match what {
+                "passed" => self.passed += n,
+                "failed" => self.failed += n,
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Runs `cmd` passing its stdout through while counting its test results.
+fn run_tallied(cmd: &Cmd, tally: &mut Tally) -> Result<()> {
+    let mut child = cmd.spawn(Stdio::piped(), Stdio::inherit())?;
+    let stdout = child.stdout.take().context("child stdout")?;
+    let mut out = std::io::stdout().lock();
+    for line in BufReader::new(stdout).lines() {
+        let line = line.context("reading cargo test output")?;
+        tally.add_line(&line);
+        writeln!(out, "{line}")?;
+    }
+    drop(out);
+    let status = child
+        .wait()
+        .with_context(|| format!("waiting for `{cmd}`"))?;
+    if !status.success() {
+        bail!("`{cmd}` failed: {status}");
+    }
+    Ok(())
 }
 
 /// `cargo test` with the binaries the tests drive. Extra arguments go to the test harness
@@ -58,6 +116,24 @@ mod tests {
 
     fn strings(args: &[&str]) -> Vec<String> {
         args.iter().map(|arg| (*arg).to_owned()).collect()
+    }
+
+    #[test]
+    fn tally_sums_test_result_lines() {
+        let mut tally = Tally::default();
+        tally.add_line("test result: ok. 34 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.11s");
+        tally.add_line(
+            "test result: FAILED. 3 passed; 2 failed; 1 ignored; 0 measured; 0 filtered out",
+        );
+        tally.add_line("test foo ... ok");
+        tally.add_line("running 5 tests");
+        assert_eq!(
+            tally,
+            Tally {
+                passed: 37,
+                failed: 2
+            }
+        );
     }
 
     #[test]

@@ -15,6 +15,8 @@ pub enum Cause {
     Mremap,
     Madvise,
     ProcReader,
+    /// A thread or process exiting (exit_mm, exit_mmap).
+    Exit,
     Other,
     /// Shorter than the stack threshold: no stack was taken.
     NoStack,
@@ -31,6 +33,7 @@ impl Cause {
             Cause::Mremap => "mremap",
             Cause::Madvise => "madvise",
             Cause::ProcReader => "/proc reader",
+            Cause::Exit => "exit",
             Cause::Other => "other",
             Cause::NoStack => "no stack (short)",
         }
@@ -106,6 +109,7 @@ const PRIORITY: &[(Cause, &[&str])] = &[
             "proc_pid_status",
         ],
     ),
+    (Cause::Exit, &["exit_mm", "exit_mmap", "do_exit", "mmput"]),
     (
         Cause::PageFault,
         &[
@@ -191,7 +195,11 @@ mod tests {
     #[test]
     fn unknown_and_missing_stacks() {
         assert_eq!(
-            classify(Some(&stack(&["exit_mmap", "mmput"]))),
+            classify(Some(&stack(&["exit_mm", "do_exit", "__x64_sys_exit"]))),
+            Cause::Exit
+        );
+        assert_eq!(
+            classify(Some(&stack(&["khugepaged_scan", "kthread"]))),
             Cause::Other
         );
         assert_eq!(classify(Some(&[])), Cause::Other);
