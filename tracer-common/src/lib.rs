@@ -69,9 +69,7 @@ impl AggValue {
     pub fn add(&mut self, ns: u64) {
         self.count += 1;
         self.total_ns += ns;
-        if ns > self.max_ns {
-            self.max_ns = ns;
-        }
+        self.max_ns = max(self.max_ns, ns);
         let slot = log2_slot(ns);
         // The mask is a no-op for real slots; it proves the index in bounds to the verifier.
         self.hist[slot & (HIST_SLOTS - 1)] += 1;
@@ -81,7 +79,7 @@ impl AggValue {
     pub fn merge(&mut self, other: &AggValue) {
         self.count += other.count;
         self.total_ns += other.total_ns;
-        self.max_ns = self.max_ns.max(other.max_ns);
+        self.max_ns = max(self.max_ns, other.max_ns);
         for (mine, theirs) in self.hist.iter_mut().zip(other.hist.iter()) {
             *mine += theirs;
         }
@@ -129,6 +127,7 @@ pub fn log2_slot(mut v: u64) -> usize {
 /// Indexed in the kernel by `totals_index(outside, mode)`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "user", derive(serde::Serialize))]
 pub struct ModeTotals {
     pub acquisitions: u64,
     pub failed_trylocks: u64,
@@ -143,6 +142,20 @@ pub struct ModeTotals {
 }
 
 impl ModeTotals {
+    #[inline(always)]
+    pub fn add_wait(&mut self, ns: u64) {
+        self.waits += 1;
+        self.wait_ns += ns;
+        self.max_wait_ns = max(self.max_wait_ns, ns);
+    }
+
+    #[inline(always)]
+    pub fn add_hold(&mut self, ns: u64) {
+        self.holds += 1;
+        self.hold_ns += ns;
+        self.max_hold_ns = max(self.max_hold_ns, ns);
+    }
+
     pub fn merge(&mut self, o: &ModeTotals) {
         self.acquisitions += o.acquisitions;
         self.failed_trylocks += o.failed_trylocks;
@@ -150,10 +163,19 @@ impl ModeTotals {
         self.downgrades += o.downgrades;
         self.waits += o.waits;
         self.wait_ns += o.wait_ns;
-        self.max_wait_ns = self.max_wait_ns.max(o.max_wait_ns);
+        self.max_wait_ns = max(self.max_wait_ns, o.max_wait_ns);
         self.holds += o.holds;
         self.hold_ns += o.hold_ns;
-        self.max_hold_ns = self.max_hold_ns.max(o.max_hold_ns);
+        self.max_hold_ns = max(self.max_hold_ns, o.max_hold_ns);
+    }
+}
+
+#[inline(always)]
+fn max(a: u64, b: u64) -> u64 {
+    if a > b {
+        a
+    } else {
+        b
     }
 }
 
@@ -342,6 +364,24 @@ mod tests {
         assert_eq!(a.hist[log2_slot(10)], 1);
         assert_eq!(a.hist[log2_slot(5000)], 1);
         assert_eq!(a.hist.iter().sum::<u64>(), 3);
+    }
+
+    #[test]
+    fn mode_totals_add_and_merge() {
+        let mut a = ModeTotals::default();
+        a.add_wait(100);
+        a.add_wait(300);
+        a.add_hold(50);
+        let mut b = ModeTotals {
+            acquisitions: 2,
+            ..ModeTotals::default()
+        };
+        b.add_wait(200);
+        b.add_hold(900);
+        a.merge(&b);
+        assert_eq!((a.waits, a.wait_ns, a.max_wait_ns), (3, 600, 300));
+        assert_eq!((a.holds, a.hold_ns, a.max_hold_ns), (2, 950, 900));
+        assert_eq!(a.acquisitions, 2);
     }
 
     #[test]

@@ -135,23 +135,11 @@ fn apply(ctx: &TracePointContext, locker: &Locker, fx: &Effects) {
         add_totals(outside, MODE_WRITE, |t| t.downgrades += 1);
     }
     if let Some((mode, ns)) = fx.wait {
-        add_totals(outside, mode, |t| {
-            t.waits += 1;
-            t.wait_ns += ns;
-            if ns > t.max_wait_ns {
-                t.max_wait_ns = ns;
-            }
-        });
+        add_totals(outside, mode, |t| t.add_wait(ns));
         aggregate(ctx, locker, KIND_WAIT, mode, ns);
     }
     if let Some((mode, ns)) = fx.hold {
-        add_totals(outside, mode, |t| {
-            t.holds += 1;
-            t.hold_ns += ns;
-            if ns > t.max_hold_ns {
-                t.max_hold_ns = ns;
-            }
-        });
+        add_totals(outside, mode, |t| t.add_hold(ns));
         aggregate(ctx, locker, KIND_HOLD, mode, ns);
     }
 }

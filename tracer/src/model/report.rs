@@ -87,41 +87,11 @@ pub struct Target {
     pub exited: bool,
 }
 
+/// Per-mode lock totals (the kernel's `ModeTotals`, summed over CPUs and slots).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Totals {
-    pub read: ModeSummary,
-    pub write: ModeSummary,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct ModeSummary {
-    pub acquisitions: u64,
-    pub failed_trylocks: u64,
-    pub interrupted: u64,
-    pub downgrades: u64,
-    pub waits: u64,
-    pub wait_ns: u64,
-    pub max_wait_ns: u64,
-    pub holds: u64,
-    pub hold_ns: u64,
-    pub max_hold_ns: u64,
-}
-
-impl From<&ModeTotals> for ModeSummary {
-    fn from(t: &ModeTotals) -> Self {
-        Self {
-            acquisitions: t.acquisitions,
-            failed_trylocks: t.failed_trylocks,
-            interrupted: t.interrupted,
-            downgrades: t.downgrades,
-            waits: t.waits,
-            wait_ns: t.wait_ns,
-            max_wait_ns: t.max_wait_ns,
-            holds: t.holds,
-            hold_ns: t.hold_ns,
-            max_hold_ns: t.max_hold_ns,
-        }
-    }
+    pub read: ModeTotals,
+    pub write: ModeTotals,
 }
 
 /// One row of the by-cause table.
@@ -218,10 +188,7 @@ fn totals_of(harvest: &Harvest, slots: &[usize]) -> Totals {
         };
         into.merge(&harvest.totals[slot]);
     }
-    Totals {
-        read: (&read).into(),
-        write: (&write).into(),
-    }
+    Totals { read, write }
 }
 
 fn sorted_entries(harvest: &Harvest, symbols: &Symbols) -> Vec<Entry> {

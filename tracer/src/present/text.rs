@@ -3,8 +3,10 @@
 
 use std::fmt::Write as _;
 
+use tracer_common::ModeTotals;
+
 use crate::model::{
-    report::{Entry, ModeSummary, Report},
+    report::{Entry, Report},
     Frame,
 };
 
@@ -66,7 +68,7 @@ fn outside_wait(r: &Report) -> u64 {
     r.outside_totals.read.wait_ns + r.outside_totals.write.wait_ns
 }
 
-fn mode_row(out: &mut String, name: &str, m: &ModeSummary) {
+fn mode_row(out: &mut String, name: &str, m: &ModeTotals) {
     let _ = writeln!(
         out,
         "{:<6} {:>10} {:>10} {:>11} {:>10} {:>10} {:>10} {:>10}",
