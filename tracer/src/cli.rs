@@ -60,7 +60,7 @@ pub struct Cli {
     pub max_entries: u32,
 
     /// Capacity of the in-kernel stack map.
-    #[arg(long, default_value_t = 8192, value_name = "N")]
+    #[arg(long, default_value_t = 16384, value_name = "N")]
     pub max_stacks: u32,
 
     /// More logging on stderr (repeat for more).
