@@ -5,9 +5,14 @@
 //! runs is unit-tested on the host.
 #![no_std]
 
+pub mod holders;
 pub mod lock_state;
 
-pub use lock_state::{Effects, LockEvent, LockState, MISS_CONTINUATION_NS};
+pub use holders::{Blockers, HolderRef, Holders, MAX_BLOCKERS, MAX_READERS};
+pub use lock_state::{
+    Effects, LockEvent, LockState, OffCpu, MISS_CONTINUATION_NS, OFF_RUNNABLE, OFF_SLEEPING,
+    OFF_UNINTERRUPTIBLE,
+};
 
 /// `mode` values: which side of the rwsem.
 pub const MODE_READ: u8 = 0;
@@ -38,7 +43,10 @@ pub struct AggKey {
     pub user_stack: i32,
     pub kind: u8,
     pub mode: u8,
-    pub _pad: [u8; 2],
+    /// 1 + index into MM_SYSCALLS of the mm syscall in progress, or 0.
+    pub syscall: u8,
+    /// 1 when the lock was taken by a user page fault that fell back from the per-VMA lock.
+    pub fault: u8,
 }
 
 /// Aggregated durations for one key (per CPU in the kernel, merged in user space).
@@ -48,6 +56,12 @@ pub struct AggValue {
     pub count: u64,
     pub total_ns: u64,
     pub max_ns: u64,
+    /// Waits: the part spent asleep in the rwsem slow path (lock:contention_begin/end).
+    pub contended_ns: u64,
+    /// Holds: the parts spent off CPU (see OffCpu); running = total - runnable - sleeping.
+    pub runnable_ns: u64,
+    pub sleeping_ns: u64,
+    pub uninterruptible_ns: u64,
     pub hist: [u64; HIST_SLOTS],
 }
 
@@ -62,8 +76,19 @@ impl AggValue {
         count: 0,
         total_ns: 0,
         max_ns: 0,
+        contended_ns: 0,
+        runnable_ns: 0,
+        sleeping_ns: 0,
+        uninterruptible_ns: 0,
         hist: [0; HIST_SLOTS],
     };
+
+    #[inline(always)]
+    pub fn add_offcpu(&mut self, off: &OffCpu) {
+        self.runnable_ns += off.runnable_ns;
+        self.sleeping_ns += off.sleeping_ns;
+        self.uninterruptible_ns += off.uninterruptible_ns;
+    }
 
     #[inline(always)]
     pub fn add(&mut self, ns: u64) {
@@ -80,6 +105,10 @@ impl AggValue {
         self.count += other.count;
         self.total_ns += other.total_ns;
         self.max_ns = max(self.max_ns, other.max_ns);
+        self.contended_ns += other.contended_ns;
+        self.runnable_ns += other.runnable_ns;
+        self.sleeping_ns += other.sleeping_ns;
+        self.uninterruptible_ns += other.uninterruptible_ns;
         for (mine, theirs) in self.hist.iter_mut().zip(other.hist.iter()) {
             *mine += theirs;
         }
@@ -213,10 +242,21 @@ pub enum Counter {
     /// bpf_get_stackid failed otherwise, e.g. the stack map is full (kernel / user).
     KernelStackFailed,
     UserStackFailed,
+    /// More concurrent readers than Holders tracks: their waiters are charged to nobody.
+    ReaderOverflow,
+    /// A wait could not be charged to its holder: the blocked-by map was full.
+    BlockedMapFull,
+    /// A holder's stacks could not be kept for its waiters: the holder-info map was full, or
+    /// the holder was still holding when the wait ended (charged with no holder stack).
+    HolderStackMissing,
+    /// The sleep-stack map was full: a hold's sleep is in its totals but not located.
+    SleepMapFull,
+    /// The per-thread syscall or fault map was full.
+    ThreadMapFull,
 }
 
 impl Counter {
-    pub const ALL: [Counter; 12] = [
+    pub const ALL: [Counter; 17] = [
         Counter::UnpairedAcquire,
         Counter::UnpairedRelease,
         Counter::StartWhileWaiting,
@@ -229,6 +269,11 @@ impl Counter {
         Counter::UserStackCollision,
         Counter::KernelStackFailed,
         Counter::UserStackFailed,
+        Counter::ReaderOverflow,
+        Counter::BlockedMapFull,
+        Counter::HolderStackMissing,
+        Counter::SleepMapFull,
+        Counter::ThreadMapFull,
     ];
 
     /// Stable name used in every output format.
@@ -246,6 +291,11 @@ impl Counter {
             Counter::UserStackCollision => "user_stack_collision",
             Counter::KernelStackFailed => "kernel_stack_failed",
             Counter::UserStackFailed => "user_stack_failed",
+            Counter::ReaderOverflow => "reader_overflow",
+            Counter::BlockedMapFull => "blocked_map_full",
+            Counter::HolderStackMissing => "holder_stack_missing",
+            Counter::SleepMapFull => "sleep_map_full",
+            Counter::ThreadMapFull => "thread_map_full",
         }
     }
 }
@@ -275,6 +325,17 @@ pub struct Config {
     pub task_mm_offset: u32,
     /// offsetof(struct task_struct, pending) + offsetof(struct sigpending, signal).
     pub task_pending_signal_offset: u32,
+    /// offsetof(struct task_struct, pid), for sched_switch's task pointers.
+    pub task_pid_offset: u32,
+    /// offsetof(struct mm_struct, mmap_lock): lock:contention_* name the lock, not the mm.
+    pub mm_mmap_lock_offset: u32,
+    /// lock_addr in lock:contention_begin / contention_end.
+    pub contention_begin_lock: u32,
+    pub contention_end_lock: u32,
+    /// __syscall_nr in the syscalls:sys_{enter,exit}_* events.
+    pub syscall_nr_offset: u32,
+    /// This architecture's numbers of MM_SYSCALLS, in that order.
+    pub syscall_nrs: [i32; MM_SYSCALLS.len()],
     /// Waits and holds at least this long get kernel and user stacks.
     pub stack_threshold_ns: u64,
     /// The tracer's own tgid: its events are ignored except to discover a target's mm.
@@ -294,6 +355,12 @@ impl Config {
         released: TracepointFields::ZERO,
         task_mm_offset: 0,
         task_pending_signal_offset: 0,
+        task_pid_offset: 0,
+        mm_mmap_lock_offset: 0,
+        contention_begin_lock: 0,
+        contention_end_lock: 0,
+        syscall_nr_offset: 0,
+        syscall_nrs: [0; MM_SYSCALLS.len()],
         stack_threshold_ns: 0,
         tracer_tgid: 0,
         per_thread: 0,
@@ -309,6 +376,102 @@ impl TracepointFields {
         success: 0,
         _pad: 0,
     };
+}
+
+/// The syscalls that take mmap_lock for a reason of their own, traced for per-syscall totals.
+pub const MM_SYSCALLS: [&str; 6] = ["mmap", "munmap", "mprotect", "mremap", "madvise", "brk"];
+
+/// An mm syscall in progress on one thread.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SyscallState {
+    /// Index into MM_SYSCALLS.
+    pub index: u32,
+    pub _pad: u32,
+    pub enter_ns: u64,
+    pub lock_wait_ns: u64,
+    pub lock_hold_ns: u64,
+}
+
+/// Per-syscall totals (a per-CPU array indexed like MM_SYSCALLS).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "user", derive(serde::Serialize))]
+pub struct SyscallTotals {
+    pub count: u64,
+    pub total_ns: u64,
+    pub lock_wait_ns: u64,
+    pub lock_hold_ns: u64,
+}
+
+impl SyscallTotals {
+    pub fn merge(&mut self, o: &SyscallTotals) {
+        self.count += o.count;
+        self.total_ns += o.total_ns;
+        self.lock_wait_ns += o.lock_wait_ns;
+        self.lock_hold_ns += o.lock_hold_ns;
+    }
+}
+
+/// Slots of the per-CPU fault counter array.
+pub const FAULTS_USER: u32 = 0;
+/// User faults whose handler took mmap_lock (fell back from the per-VMA lock).
+pub const FAULTS_TOOK_MMAP_LOCK: u32 = 1;
+pub const FAULTS_FILEMAP: u32 = 2;
+/// filemap faults while the faulting thread held the target's mmap_lock.
+pub const FAULTS_FILEMAP_UNDER_LOCK: u32 = 3;
+pub const FAULT_SLOTS: u32 = 4;
+
+/// A fault this recent (and no mm syscall in progress) explains the next lock attempt.
+pub const FAULT_LOCK_WINDOW_NS: u64 = 1_000_000;
+
+/// Identifies one hold: the holder thread and when it began.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct HoldId {
+    pub tid: u32,
+    pub _pad: u32,
+    pub hold_start_ns: u64,
+}
+
+/// What a waiter needs to know of a holder that blocked it, kept from its release.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HolderKey {
+    pub kernel_stack: i32,
+    pub user_stack: i32,
+    pub tid: u32,
+    /// Tgid of an outside locker, else 0.
+    pub outside_pid: u32,
+    pub mode: u8,
+    pub syscall: u8,
+    pub fault: u8,
+    pub _pad: u8,
+}
+
+/// A wait (its aggregation key) charged to one holder.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BlockKey {
+    pub waiter: AggKey,
+    pub holder: HolderKey,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BlockValue {
+    pub count: u64,
+    /// The waits' time, split equally between the holders each wait found.
+    pub wait_ns: u64,
+}
+
+/// A hold (its aggregation key) and a kernel stack its thread slept in.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SleepKey {
+    pub hold: AggKey,
+    pub stack: i32,
+    pub _pad: u32,
 }
 
 /// Key of the per-(thread, mm) lock state map.
@@ -329,6 +492,15 @@ mod pod {
     unsafe impl aya::Pod for super::Config {}
     unsafe impl aya::Pod for super::StateKey {}
     unsafe impl aya::Pod for super::LockState {}
+    unsafe impl aya::Pod for super::SyscallState {}
+    unsafe impl aya::Pod for super::SyscallTotals {}
+    unsafe impl aya::Pod for super::HoldId {}
+    unsafe impl aya::Pod for super::HolderKey {}
+    unsafe impl aya::Pod for super::BlockKey {}
+    unsafe impl aya::Pod for super::BlockValue {}
+    unsafe impl aya::Pod for super::SleepKey {}
+    unsafe impl aya::Pod for super::Holders {}
+    unsafe impl aya::Pod for super::Blockers {}
 }
 
 #[cfg(test)]

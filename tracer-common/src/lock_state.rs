@@ -10,11 +10,41 @@
 //!   write lock is held: the write hold ends and a read hold begins;
 //! - anything that does not pair up is counted and never turned into a duration.
 
-use crate::{Counter, MODE_READ, MODE_WRITE};
+use crate::{Blockers, Counter, MODE_READ, MODE_WRITE};
 
 /// A trylock miss followed this soon by a start_locking in the same mode is one wait (the fault
 /// path's trylock then killable lock). Longer gaps are separate attempts.
 pub const MISS_CONTINUATION_NS: u64 = 1_000_000;
+
+/// Why a holder was off CPU (`LockState::switched_out`).
+pub const OFF_RUNNABLE: u8 = 1;
+pub const OFF_SLEEPING: u8 = 2;
+pub const OFF_UNINTERRUPTIBLE: u8 = 3;
+
+/// Where one hold's time went while its thread was off CPU (from sched_switch). Running time is
+/// the hold minus runnable and sleeping; uninterruptible (D) sleep is part of sleeping.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OffCpu {
+    pub runnable_ns: u64,
+    pub sleeping_ns: u64,
+    pub uninterruptible_ns: u64,
+    pub longest_sleep_ns: u64,
+    /// Kernel stack id where the longest sleep began, or NO_STACK.
+    pub longest_sleep_stack: i32,
+    pub _pad: u32,
+}
+
+impl OffCpu {
+    pub const ZERO: OffCpu = OffCpu {
+        runnable_ns: 0,
+        sleeping_ns: 0,
+        uninterruptible_ns: 0,
+        longest_sleep_ns: 0,
+        longest_sleep_stack: crate::NO_STACK,
+        _pad: 0,
+    };
+}
 
 /// What one (thread, mm) is doing with the lock. All-zero means idle. Timestamps are
 /// bpf_ktime_get_ns values, never 0 on a running system, so 0 means "none".
@@ -26,10 +56,43 @@ pub struct LockState {
     /// When the last trylock missed, and when the attempt it belonged to started.
     pub miss_ns: u64,
     pub miss_wait_start_ns: u64,
+    /// Sleeping (rwsem slow path) part of the current wait, from lock:contention_begin/end.
+    pub contended_ns: u64,
+    pub contended_since_ns: u64,
+    /// Off-CPU parts of the current hold, and the switch-out in progress.
+    pub offcpu: OffCpu,
+    pub off_since_ns: u64,
+    pub off_stack: i32,
+    pub off_kind: u8,
     pub wait_mode: u8,
     pub hold_mode: u8,
     pub miss_mode: u8,
-    pub _pad: [u8; 5],
+    /// 1 while the current lock operation serves a user page fault (see AggKey::fault).
+    pub fault: u8,
+    pub _pad: [u8; 7],
+    /// Who held the lock when the current wait began (managed by the eBPF programs).
+    pub blockers: Blockers,
+}
+
+impl LockState {
+    pub const ZERO: LockState = LockState {
+        wait_start_ns: 0,
+        hold_start_ns: 0,
+        miss_ns: 0,
+        miss_wait_start_ns: 0,
+        contended_ns: 0,
+        contended_since_ns: 0,
+        offcpu: OffCpu::ZERO,
+        off_since_ns: 0,
+        off_stack: crate::NO_STACK,
+        off_kind: 0,
+        wait_mode: 0,
+        hold_mode: 0,
+        miss_mode: 0,
+        fault: 0,
+        _pad: [0; 7],
+        blockers: Blockers::ZERO,
+    };
 }
 
 /// One tracepoint hit, decoded.
@@ -59,6 +122,10 @@ pub struct Effects {
     pub interrupted: Option<u8>,
     pub downgraded: bool,
     pub counter: Option<Counter>,
+    /// With `wait`: how much of it was spent asleep in the rwsem slow path.
+    pub wait_contended_ns: u64,
+    /// With `hold`: where it was spent off CPU.
+    pub hold_offcpu: OffCpu,
 }
 
 impl LockState {
@@ -96,8 +163,10 @@ impl LockState {
         self.wait_start_ns = if continues_miss {
             self.miss_wait_start_ns
         } else {
+            self.contended_ns = 0;
             now
         };
+        self.contended_since_ns = 0;
         self.wait_mode = mode;
         self.clear_miss();
         fx
@@ -109,6 +178,7 @@ impl LockState {
         if self.wait_start_ns == 0 {
             if success && mode == MODE_READ && self.holds(MODE_WRITE) {
                 fx.hold = Some((MODE_WRITE, now.wrapping_sub(self.hold_start_ns)));
+                fx.hold_offcpu = self.offcpu;
                 fx.downgraded = true;
                 self.begin_hold(MODE_READ, now);
             } else {
@@ -129,8 +199,10 @@ impl LockState {
             }
             return fx;
         }
+        self.contention_end(now);
         if success {
             fx.wait = Some((mode, now.wrapping_sub(wait_start)));
+            fx.wait_contended_ns = self.contended_ns;
             fx.acquired = Some(mode);
             self.begin_hold(mode, now);
         } else if fatal {
@@ -154,9 +226,61 @@ impl LockState {
             fx.counter = Some(Counter::ModeMismatch);
         } else {
             fx.hold = Some((mode, now.wrapping_sub(self.hold_start_ns)));
+            fx.hold_offcpu = self.offcpu;
         }
         self.hold_start_ns = 0;
         fx
+    }
+
+    /// lock:contention_begin for this lock: the waiter goes to sleep in the slow path.
+    #[inline(always)]
+    pub fn contention_begin(&mut self, now: u64) {
+        if self.wait_start_ns != 0 {
+            self.contended_since_ns = now;
+        }
+    }
+
+    /// lock:contention_end (or the acquisition itself): the sleep is over.
+    #[inline(always)]
+    pub fn contention_end(&mut self, now: u64) {
+        if self.contended_since_ns != 0 {
+            self.contended_ns += now.wrapping_sub(self.contended_since_ns);
+            self.contended_since_ns = 0;
+        }
+    }
+
+    /// sched_switch away from a thread: `kind` is OFF_RUNNABLE (preempted) or a sleep, `stack`
+    /// the kernel stack it sleeps in.
+    #[inline(always)]
+    pub fn switched_out(&mut self, now: u64, kind: u8, stack: i32) {
+        if self.hold_start_ns != 0 {
+            self.off_since_ns = now;
+            self.off_kind = kind;
+            self.off_stack = stack;
+        }
+    }
+
+    /// sched_switch back to a thread: charges the time away to the hold.
+    #[inline(always)]
+    pub fn switched_in(&mut self, now: u64) {
+        if self.hold_start_ns == 0 || self.off_since_ns == 0 {
+            return;
+        }
+        let away = now.wrapping_sub(self.off_since_ns);
+        let off = &mut self.offcpu;
+        if self.off_kind == OFF_RUNNABLE {
+            off.runnable_ns += away;
+        } else {
+            off.sleeping_ns += away;
+            if self.off_kind == OFF_UNINTERRUPTIBLE {
+                off.uninterruptible_ns += away;
+            }
+            if away > off.longest_sleep_ns {
+                off.longest_sleep_ns = away;
+                off.longest_sleep_stack = self.off_stack;
+            }
+        }
+        self.off_since_ns = 0;
     }
 
     fn holds(&self, mode: u8) -> bool {
@@ -167,6 +291,8 @@ impl LockState {
     fn begin_hold(&mut self, mode: u8, now: u64) {
         self.hold_start_ns = now;
         self.hold_mode = mode;
+        self.offcpu = OffCpu::ZERO;
+        self.off_since_ns = 0;
     }
 
     #[inline(always)]
@@ -321,6 +447,74 @@ mod tests {
         ]);
         assert_eq!(fx[2].counter, Some(Counter::ModeMismatch));
         assert_eq!(fx[2].hold, None);
+    }
+
+    #[test]
+    fn contention_inside_a_wait_is_its_sleeping_part() {
+        let mut s = LockState::default();
+        s.step(StartLocking { mode: W }, 100);
+        s.contention_begin(200);
+        s.contention_end(700);
+        s.contention_begin(800);
+        // Acquired without a contention_end: the acquisition closes the sleep.
+        let fx = s.step(acquired(W), 1_000);
+        assert_eq!(fx.wait, Some((W, 900)));
+        assert_eq!(fx.wait_contended_ns, 700);
+        // The next wait starts from zero.
+        s.step(Released { mode: W }, 1_100);
+        s.step(StartLocking { mode: W }, 2_000);
+        let fx = s.step(acquired(W), 2_050);
+        assert_eq!(fx.wait_contended_ns, 0);
+    }
+
+    #[test]
+    fn contention_outside_a_wait_is_ignored() {
+        let mut s = LockState::default();
+        s.contention_begin(10);
+        s.contention_end(20);
+        assert!(s.is_idle());
+        assert_eq!(s.contended_ns, 0);
+    }
+
+    #[test]
+    fn off_cpu_time_of_a_hold_is_split_by_reason() {
+        let mut s = LockState::default();
+        s.step(StartLocking { mode: R }, 0);
+        s.step(acquired(R), 10);
+        s.switched_out(100, OFF_RUNNABLE, -1);
+        s.switched_in(300);
+        s.switched_out(400, OFF_UNINTERRUPTIBLE, 7);
+        s.switched_in(1_400);
+        s.switched_out(1_500, OFF_SLEEPING, 9);
+        s.switched_in(1_600);
+        let fx = s.step(Released { mode: R }, 2_010);
+        assert_eq!(fx.hold, Some((R, 2_000)));
+        let off = fx.hold_offcpu;
+        assert_eq!(off.runnable_ns, 200);
+        assert_eq!(off.sleeping_ns, 1_100);
+        assert_eq!(off.uninterruptible_ns, 1_000);
+        assert_eq!((off.longest_sleep_ns, off.longest_sleep_stack), (1_000, 7));
+        // A new hold starts clean; switches while not holding change nothing.
+        s.switched_out(3_000, OFF_SLEEPING, 3);
+        s.switched_in(4_000);
+        s.step(StartLocking { mode: R }, 5_000);
+        s.step(acquired(R), 5_001);
+        let fx = s.step(Released { mode: R }, 5_101);
+        assert_eq!(fx.hold_offcpu, OffCpu::ZERO);
+    }
+
+    #[test]
+    fn downgrade_hands_the_write_phase_its_off_cpu_time() {
+        let mut s = LockState::default();
+        s.step(StartLocking { mode: W }, 0);
+        s.step(acquired(W), 10);
+        s.switched_out(20, OFF_RUNNABLE, -1);
+        s.switched_in(70);
+        let fx = s.step(acquired(R), 100);
+        assert!(fx.downgraded);
+        assert_eq!(fx.hold_offcpu.runnable_ns, 50);
+        let fx = s.step(Released { mode: R }, 200);
+        assert_eq!(fx.hold_offcpu.runnable_ns, 0);
     }
 
     #[test]

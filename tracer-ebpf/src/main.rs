@@ -3,8 +3,13 @@
 #![no_std]
 #![no_main]
 
+mod blockers;
+mod contention;
+mod faults;
 mod maps;
 mod mmap_lock;
+mod sched;
+mod syscalls;
 mod target;
 
 #[cfg(not(test))]

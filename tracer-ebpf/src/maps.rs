@@ -5,7 +5,9 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, StackTrace},
 };
 use tracer_common::{
-    AggKey, AggValue, Config, Counter, LockState, ModeTotals, StateKey, COUNTER_SLOTS, TOTALS_SLOTS,
+    AggKey, AggValue, BlockKey, BlockValue, Config, Counter, HoldId, HolderKey, Holders, LockState,
+    ModeTotals, SleepKey, StateKey, SyscallState, SyscallTotals, COUNTER_SLOTS, FAULT_SLOTS,
+    MM_SYSCALLS, TOTALS_SLOTS,
 };
 
 /// Overridden by user space at load time (`EbpfLoader::set_global`).
@@ -52,11 +54,49 @@ pub static TOTALS: PerCpuArray<ModeTotals> = PerCpuArray::with_max_entries(TOTAL
 #[map]
 pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_SLOTS, 0);
 
-/// Slot 0 non-zero once AGG refused an insert: from then on only existing keys are updated, so
-/// a full map costs a lookup and nothing more (perf lock contention once slowed targets 4x by
-/// retrying inserts into a full map).
+/// One slot per growable map (FULL_AGG, FULL_BLOCKED, FULL_SLEEPS), non-zero once it refused an
+/// insert: from then on only existing keys are updated, so a full map costs a lookup and
+/// nothing more (perf lock contention once slowed targets 4x by retrying inserts).
 #[map]
-pub static AGG_FULL: Array<u32> = Array::with_max_entries(1, 0);
+pub static MAP_FULL: Array<u32> = Array::with_max_entries(3, 0);
+pub const FULL_AGG: u32 = 0;
+pub const FULL_BLOCKED: u32 = 1;
+pub const FULL_SLEEPS: u32 = 2;
+
+/// Current holders of each target mm's lock (blocker attribution).
+#[map]
+pub static HOLDERS: HashMap<u64, Holders> = HashMap::with_max_entries(256, 0);
+
+/// Stacks of holds that blocked someone, kept from their release until their waiters acquire.
+#[map]
+pub static HOLDER_INFO: LruHashMap<HoldId, HolderKey> = LruHashMap::with_max_entries(8192, 0);
+
+/// Waits charged to the holders they waited behind.
+#[map]
+pub static BLOCKED: PerCpuHashMap<BlockKey, BlockValue> = PerCpuHashMap::with_max_entries(10240, 0);
+
+/// Sleeping time of holds per kernel stack of the sleep.
+#[map]
+pub static SLEEPS: PerCpuHashMap<SleepKey, u64> = PerCpuHashMap::with_max_entries(4096, 0);
+
+/// Threads holding a target's lock (tid -> mm), so that sched_switch finds their state.
+#[map]
+pub static TID_HOLDING: LruHashMap<u32, u64> = LruHashMap::with_max_entries(16384, 0);
+
+/// mm syscalls in progress on target threads.
+#[map]
+pub static SYSCALLS_ACTIVE: LruHashMap<u32, SyscallState> = LruHashMap::with_max_entries(16384, 0);
+
+#[map]
+pub static SYSCALL_TOTALS: PerCpuArray<SyscallTotals> =
+    PerCpuArray::with_max_entries(MM_SYSCALLS.len() as u32, 0);
+
+/// When each target thread last took a user page fault (tid -> ns).
+#[map]
+pub static RECENT_FAULT: LruHashMap<u32, u64> = LruHashMap::with_max_entries(16384, 0);
+
+#[map]
+pub static FAULT_COUNTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(FAULT_SLOTS, 0);
 
 /// Slot 0 non-zero while tracing: set once every program is attached and cleared before any is
 /// detached, so that attaching and detaching one program at a time cannot leave half-seen lock
@@ -71,7 +111,48 @@ pub fn armed() -> bool {
 
 #[inline(always)]
 pub fn count(counter: Counter) {
-    if let Some(slot) = COUNTERS.get_ptr_mut(counter as u32) {
-        unsafe { *slot += 1 };
+    add_to(&COUNTERS, counter as u32, 1);
+}
+
+#[inline(always)]
+pub fn add_to(array: &PerCpuArray<u64>, index: u32, n: u64) {
+    if let Some(slot) = array.get_ptr_mut(index) {
+        unsafe { *slot += n };
     }
+}
+
+const BPF_NOEXIST: u64 = 1;
+const E2BIG: i32 = 7;
+const EEXIST: i32 = 17;
+
+/// The value of `key` in a per-CPU hash map, inserted from `zero` when missing. A map that
+/// once refused an insert (full) is only looked up from then on; losses count as `lost`.
+#[inline(always)]
+pub fn slot_of<K, V>(
+    map: &PerCpuHashMap<K, V>,
+    key: &K,
+    zero: &V,
+    full_flag: u32,
+    lost: Counter,
+) -> Option<*mut V> {
+    if let Some(value) = map.get_ptr_mut(key) {
+        return Some(value);
+    }
+    if MAP_FULL.get(full_flag).is_some_and(|full| *full != 0) {
+        count(lost);
+        return None;
+    }
+    if let Err(err) = map.insert(key, zero, BPF_NOEXIST) {
+        if -err == E2BIG {
+            if let Some(full) = MAP_FULL.get_ptr_mut(full_flag) {
+                unsafe { *full = 1 };
+            }
+        }
+        // EEXIST: another CPU inserted the key first; the lookup below finds it.
+        if -err != EEXIST {
+            count(lost);
+            return None;
+        }
+    }
+    map.get_ptr_mut(key)
 }

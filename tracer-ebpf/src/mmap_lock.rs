@@ -1,7 +1,8 @@
 //! The mmap_lock tracepoint family: start_locking, acquire_returned, released.
 //!
 //! Each hit is decoded, filtered to the targets' mms, fed to the per-(thread, mm) state machine
-//! (tracer_common::lock_state), and its effects are aggregated in place.
+//! (tracer_common::lock_state), and its effects are aggregated in place: durations per stack,
+//! waits charged to the holders they waited behind, holds with their off-CPU time.
 
 use aya_ebpf::{
     bindings::BPF_F_USER_STACK,
@@ -10,17 +11,23 @@ use aya_ebpf::{
     programs::{tracing::StackIdContext, TracePointContext},
 };
 use tracer_common::{
-    totals_index, AggKey, AggValue, Counter, Effects, LockEvent, LockState, StateKey,
-    TracepointFields, KIND_HOLD, KIND_WAIT, MODE_READ, MODE_WRITE, NO_STACK,
+    totals_index, AggKey, AggValue, Counter, Effects, HoldId, HolderKey, LockEvent, LockState,
+    ModeTotals, SleepKey, StateKey, TracepointFields, KIND_HOLD, KIND_WAIT, MODE_READ, MODE_WRITE,
+    NO_STACK,
 };
 
 use crate::{
-    maps::{armed, config, count, AGG, AGG_FULL, LOCK_STATE, STACKS, TOTALS},
+    blockers::{self, EndedHold},
+    faults,
+    maps::{
+        armed, config, count, slot_of, AGG, FULL_AGG, FULL_SLEEPS, HOLDER_INFO, LOCK_STATE, SLEEPS,
+        STACKS, TID_HOLDING, TOTALS,
+    },
+    syscalls,
     target::{classify, fatal_signal_pending, Locker},
 };
 
 const BPF_NOEXIST: u64 = 1;
-const E2BIG: i32 = 7;
 const EEXIST: i32 = 17;
 const EFAULT: i32 = 14;
 
@@ -49,6 +56,14 @@ pub fn mmap_lock_released(ctx: TracePointContext) -> u32 {
     0
 }
 
+/// Why the lock was taken, as far as it is known without a stack.
+#[derive(Clone, Copy)]
+pub struct Reason {
+    /// 1 + index into MM_SYSCALLS, or 0.
+    pub syscall: u8,
+    pub fault: u8,
+}
+
 #[inline(always)]
 fn on_lock_event(ctx: &TracePointContext, hook: Hook) -> Result<(), i64> {
     let cfg = config();
@@ -74,15 +89,33 @@ fn on_lock_event(ctx: &TracePointContext, hook: Hook) -> Result<(), i64> {
         count(Counter::StateMapFull);
         return Ok(());
     };
+    let st = unsafe { &mut *state };
+    let is_start = matches!(event, LockEvent::StartLocking { .. });
+    let faulting = is_start && faults::explains_lock(&locker);
+    let (held_since, held_mode) = (st.hold_start_ns, st.hold_mode);
     let now = unsafe { bpf_ktime_get_ns() };
-    let (effects, idle) = unsafe { ((*state).step(event, now), (*state).is_idle()) };
-    if idle {
+    let effects = st.step(event, now);
+
+    if is_start && st.wait_start_ns == now {
+        // A new wait (not the fault path's lock after its failed trylock): note its holders.
+        st.fault = faulting as u8;
+        st.blockers = blockers::holders_now(mm, locker.tid);
+    } else if faulting {
+        st.fault = 1;
+    }
+    let ended = blockers::track_holders(mm, locker.tid, held_since, held_mode, st);
+    track_holding_thread(locker.tid, mm, held_since != 0, st.hold_start_ns != 0);
+    let reason = Reason {
+        syscall: syscalls::charge(&locker, &effects),
+        fault: st.fault,
+    };
+    apply(ctx, &locker, &effects, reason, st, ended);
+    if st.is_idle() {
         // Only threads inside a lock operation keep an entry. Left to LRU eviction, the
         // entries of exited threads would push out live ones (a process creating thousands of
         // threads a second fills any size), turning real waits into unpaired events.
         let _ = LOCK_STATE.remove(&key);
     }
-    apply(ctx, &locker, &effects);
     Ok(())
 }
 
@@ -110,14 +143,29 @@ fn state_of(key: &StateKey) -> Option<*mut LockState> {
     if let Some(state) = LOCK_STATE.get_ptr_mut(key) {
         return Some(state);
     }
-    LOCK_STATE
-        .insert(key, &LockState::default(), BPF_NOEXIST)
-        .ok()?;
+    LOCK_STATE.insert(key, &LockState::ZERO, BPF_NOEXIST).ok()?;
     LOCK_STATE.get_ptr_mut(key)
 }
 
+/// sched_switch finds a holder's state through its tid alone.
 #[inline(always)]
-fn apply(ctx: &TracePointContext, locker: &Locker, fx: &Effects) {
+fn track_holding_thread(tid: u32, mm: u64, was_holding: bool, holding: bool) {
+    if holding && !was_holding {
+        let _ = TID_HOLDING.insert(&tid, &mm, 0);
+    } else if was_holding && !holding {
+        let _ = TID_HOLDING.remove(&tid);
+    }
+}
+
+#[inline(always)]
+fn apply(
+    ctx: &TracePointContext,
+    locker: &Locker,
+    fx: &Effects,
+    reason: Reason,
+    st: &mut LockState,
+    ended: EndedHold,
+) {
     if let Some(counter) = fx.counter {
         count(counter);
     }
@@ -136,28 +184,96 @@ fn apply(ctx: &TracePointContext, locker: &Locker, fx: &Effects) {
     }
     if let Some((mode, ns)) = fx.wait {
         add_totals(outside, mode, |t| t.add_wait(ns));
-        aggregate(ctx, locker, KIND_WAIT, mode, ns);
+        let contended = fx.wait_contended_ns;
+        let waiter = aggregate(ctx, locker, KIND_WAIT, mode, ns, reason, false, |v| {
+            v.contended_ns += contended
+        });
+        blockers::charge(&waiter, &st.blockers, ns);
+        st.blockers.count = 0;
     }
     if let Some((mode, ns)) = fx.hold {
         add_totals(outside, mode, |t| t.add_hold(ns));
-        aggregate(ctx, locker, KIND_HOLD, mode, ns);
+        let off = fx.hold_offcpu;
+        // A hold that blocked someone gets its stacks whatever its length: its waiters need them.
+        let hold = aggregate(
+            ctx,
+            locker,
+            KIND_HOLD,
+            mode,
+            ns,
+            reason,
+            ended.blocked,
+            |v| v.add_offcpu(&off),
+        );
+        if ended.blocked {
+            remember_holder(locker, &hold, ended.hold_start_ns);
+        }
+        if off.sleeping_ns > 0 {
+            add_sleep(&hold, off.longest_sleep_stack, off.sleeping_ns);
+        }
     }
 }
 
 #[inline(always)]
-fn add_totals(outside: bool, mode: u8, f: impl FnOnce(&mut tracer_common::ModeTotals)) {
+fn add_totals(outside: bool, mode: u8, f: impl FnOnce(&mut ModeTotals)) {
     if let Some(totals) = TOTALS.get_ptr_mut(totals_index(outside, mode)) {
         f(unsafe { &mut *totals });
     }
 }
 
-/// Adds one duration to its stack's entry. Stacks are taken only for durations over the
-/// threshold: walking them costs microseconds, and acquire_returned / released run inside the
-/// critical section, where every nanosecond is paid by all waiters.
+/// Keeps a blocking holder's stacks for the waiters that acquire after it.
 #[inline(always)]
-fn aggregate(ctx: &TracePointContext, locker: &Locker, kind: u8, mode: u8, ns: u64) {
+fn remember_holder(locker: &Locker, hold: &AggKey, hold_start_ns: u64) {
+    let id = HoldId {
+        tid: locker.tid,
+        _pad: 0,
+        hold_start_ns,
+    };
+    let holder = HolderKey {
+        kernel_stack: hold.kernel_stack,
+        user_stack: hold.user_stack,
+        tid: locker.tid,
+        outside_pid: locker.outside_pid,
+        mode: hold.mode,
+        syscall: hold.syscall,
+        fault: hold.fault,
+        _pad: 0,
+    };
+    if HOLDER_INFO.insert(&id, &holder, 0).is_err() {
+        count(Counter::HolderStackMissing);
+    }
+}
+
+#[inline(always)]
+fn add_sleep(hold: &AggKey, stack: i32, ns: u64) {
+    let key = SleepKey {
+        hold: *hold,
+        stack,
+        _pad: 0,
+    };
+    if let Some(total) = slot_of(&SLEEPS, &key, &0, FULL_SLEEPS, Counter::SleepMapFull) {
+        unsafe { *total += ns };
+    }
+}
+
+/// Adds one duration to its stack's entry and returns the entry's key. Stacks are taken only
+/// for durations over the threshold (or when `force`): walking them costs microseconds, and
+/// acquire_returned / released run inside the critical section, where every nanosecond is paid
+/// by all waiters.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn aggregate(
+    ctx: &TracePointContext,
+    locker: &Locker,
+    kind: u8,
+    mode: u8,
+    ns: u64,
+    reason: Reason,
+    force: bool,
+    extra: impl FnOnce(&mut AggValue),
+) -> AggKey {
     let cfg = config();
-    let (kernel_stack, user_stack) = if ns >= cfg.stack_threshold_ns {
+    let (kernel_stack, user_stack) = if force || ns >= cfg.stack_threshold_ns {
         let kernel = stack_id(
             ctx,
             0,
@@ -190,15 +306,24 @@ fn aggregate(ctx: &TracePointContext, locker: &Locker, kind: u8, mode: u8, ns: u
         user_stack,
         kind,
         mode,
-        _pad: [0; 2],
+        syscall: reason.syscall,
+        fault: reason.fault,
     };
-    if let Some(value) = entry_of(&key) {
-        unsafe { (*value).add(ns) };
+    if let Some(value) = slot_of(&AGG, &key, &AggValue::ZERO, FULL_AGG, Counter::AggMapFull) {
+        let value = unsafe { &mut *value };
+        value.add(ns);
+        extra(value);
     }
+    key
 }
 
 #[inline(always)]
-fn stack_id(ctx: &TracePointContext, flags: u64, collision: Counter, failed: Counter) -> i32 {
+pub fn stack_id<C: StackIdContext>(
+    ctx: &C,
+    flags: u64,
+    collision: Counter,
+    failed: Counter,
+) -> i32 {
     match ctx.get_stackid(&STACKS, flags) {
         Ok(id) => id as i32,
         Err(err) => {
@@ -212,28 +337,4 @@ fn stack_id(ctx: &TracePointContext, flags: u64, collision: Counter, failed: Cou
             NO_STACK
         }
     }
-}
-
-#[inline(always)]
-fn entry_of(key: &AggKey) -> Option<*mut AggValue> {
-    if let Some(value) = AGG.get_ptr_mut(key) {
-        return Some(value);
-    }
-    if AGG_FULL.get(0).is_some_and(|full| *full != 0) {
-        count(Counter::AggMapFull);
-        return None;
-    }
-    if let Err(err) = AGG.insert(key, &AggValue::ZERO, BPF_NOEXIST) {
-        if -err == E2BIG {
-            if let Some(full) = AGG_FULL.get_ptr_mut(0) {
-                unsafe { *full = 1 };
-            }
-        }
-        // EEXIST: another CPU inserted the key first; the lookup below finds it.
-        if -err != EEXIST {
-            count(Counter::AggMapFull);
-            return None;
-        }
-    }
-    AGG.get_ptr_mut(key)
 }

@@ -59,6 +59,12 @@ pub fn classify(mm: u64) -> Option<Locker> {
     None
 }
 
+/// True for a target process's threads.
+#[inline(always)]
+pub fn is_target_tgid(tgid: u32) -> bool {
+    unsafe { TARGET_TGIDS.get(&tgid) }.is_some()
+}
+
 /// The tracer reads /proc/PID/cmdline of an idle target, which locks that target's mm from the
 /// tracer's thread: that mm is the one being discovered.
 #[inline(always)]

@@ -2,7 +2,7 @@
 //! debug info when present), user frames from the ELF files of the mappings recorded during the
 //! trace, so that a process that already exited is still symbolized.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::PathBuf;
 
 use blazesym::symbolize::{
@@ -13,40 +13,28 @@ use blazesym::symbolize::{
 use crate::model::{Frame, Harvest, StackRef, Symbols};
 use crate::system::procfs::MappingHistory;
 
-/// Symbolizes every stack referenced by the harvest's entries.
+/// Symbolizes every stack the harvest refers to (entries, the holders they waited behind, the
+/// stacks holders slept in).
 pub fn symbolize(harvest: &Harvest, mappings: &HashMap<u32, MappingHistory>) -> Symbols {
     let symbolizer = Symbolizer::builder()
         .enable_code_info(true)
         .enable_inlined_fns(true)
         .build();
-    let mut symbols = Symbols::new();
-    let kernel_ids: HashSet<i32> = harvest
-        .entries
-        .iter()
-        .map(|e| e.key.kernel_stack)
-        .filter(|&id| id >= 0)
-        .collect();
-    for id in kernel_ids {
-        if let Some(addrs) = harvest.stacks.get(&id) {
-            symbols.insert(StackRef::Kernel(id), kernel_frames(&symbolizer, addrs));
-        }
-    }
     let empty = MappingHistory::default();
-    for e in &harvest.entries {
-        let id = e.key.user_stack;
-        let pid = if e.key.locker_pid != 0 {
-            e.key.locker_pid
-        } else {
-            e.key.pid
+    let mut symbols = Symbols::new();
+    for stack in harvest.stack_refs() {
+        let (id, frames) = match stack {
+            StackRef::Kernel(id) => (id, None),
+            StackRef::User { pid, id } => (id, Some(mappings.get(&pid).unwrap_or(&empty))),
         };
-        let key = StackRef::User { pid, id };
-        if id < 0 || symbols.contains_key(&key) {
+        let Some(addrs) = harvest.stacks.get(&id) else {
             continue;
-        }
-        if let Some(addrs) = harvest.stacks.get(&id) {
-            let history = mappings.get(&pid).unwrap_or(&empty);
-            symbols.insert(key, user_frames(&symbolizer, addrs, history));
-        }
+        };
+        let resolved = match frames {
+            None => kernel_frames(&symbolizer, addrs),
+            Some(history) => user_frames(&symbolizer, addrs, history),
+        };
+        symbols.insert(stack, resolved);
     }
     symbols
 }

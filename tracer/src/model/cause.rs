@@ -122,6 +122,29 @@ const PRIORITY: &[(Cause, &[&str])] = &[
     ),
 ];
 
+/// The cause of a lock operation: the mm syscall in progress when one was (1 + index into
+/// MM_SYSCALLS, 0 for none), else its kernel stack, else a user page fault seen just before.
+pub fn cause_of(syscall: u8, fault: u8, kernel_frames: Option<&[Frame]>) -> Cause {
+    const BY_SYSCALL: [Cause; 6] = [
+        Cause::Mmap,
+        Cause::Munmap,
+        Cause::Mprotect,
+        Cause::Mremap,
+        Cause::Madvise,
+        Cause::Brk,
+    ];
+    if let Some(&cause) = (syscall as usize)
+        .checked_sub(1)
+        .and_then(|i| BY_SYSCALL.get(i))
+    {
+        return cause;
+    }
+    match (classify(kernel_frames), fault != 0) {
+        (Cause::NoStack | Cause::Other, true) => Cause::PageFault,
+        (cause, _) => cause,
+    }
+}
+
 /// Classifies a kernel stack. `None` means no stack was collected.
 pub fn classify(kernel_frames: Option<&[Frame]>) -> Cause {
     let Some(frames) = kernel_frames else {
@@ -190,6 +213,23 @@ mod tests {
             "__x64_sys_mprotect",
         ]);
         assert_eq!(classify(Some(&mprotect)), Cause::Mprotect);
+    }
+
+    #[test]
+    fn syscall_in_progress_wins_then_stack_then_fault() {
+        let fault = stack(&["lock_mm_and_find_vma", "exc_page_fault"]);
+        // index 1 in MM_SYSCALLS is munmap
+        assert_eq!(cause_of(2, 0, Some(&fault)), Cause::Munmap);
+        assert_eq!(cause_of(0, 0, Some(&fault)), Cause::PageFault);
+        assert_eq!(cause_of(0, 1, None), Cause::PageFault);
+        assert_eq!(cause_of(0, 0, None), Cause::NoStack);
+        assert_eq!(cause_of(6, 0, None), Cause::Brk);
+        assert_eq!(cause_of(7, 0, None), Cause::NoStack, "out of range");
+        let proc_read = stack(&["show_smaps_rollup"]);
+        assert_eq!(cause_of(0, 1, Some(&proc_read)), Cause::ProcReader);
+        for (i, name) in tracer_common::MM_SYSCALLS.iter().enumerate() {
+            assert_eq!(cause_of(i as u8 + 1, 0, None).label(), *name);
+        }
     }
 
     #[test]

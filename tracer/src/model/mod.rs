@@ -5,10 +5,13 @@ pub mod cause;
 pub mod histogram;
 pub mod report;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
-use tracer_common::{AggKey, AggValue, Counter, ModeTotals, TOTALS_SLOTS};
+use tracer_common::{
+    AggKey, AggValue, BlockKey, BlockValue, Counter, ModeTotals, SleepKey, SyscallTotals,
+    FAULT_SLOTS, MM_SYSCALLS, TOTALS_SLOTS,
+};
 
 pub use cause::Cause;
 pub use report::{build_report, Report, TraceMeta};
@@ -38,6 +41,74 @@ pub struct Harvest {
     pub locker_comms: HashMap<u32, String>,
     pub in_flight: InFlight,
     pub target_mms_found: usize,
+    /// Waits charged to the holders they waited behind.
+    pub blocked: Vec<(BlockKey, BlockValue)>,
+    /// Holds' sleeping time by the kernel stack they slept in.
+    pub sleeps: Vec<(SleepKey, u64)>,
+    pub syscalls: [SyscallTotals; MM_SYSCALLS.len()],
+    pub faults: [u64; FAULT_SLOTS as usize],
+    pub features: Features,
+}
+
+impl Harvest {
+    /// Every stack the report will show: entries' own, the holders' their waits were charged
+    /// to, and the stacks holders slept in. User stacks belong to the process that took them.
+    pub fn stack_refs(&self) -> HashSet<StackRef> {
+        let mut refs = HashSet::new();
+        let mut add_key = |k: &AggKey| {
+            refs.insert(StackRef::Kernel(k.kernel_stack));
+            refs.insert(StackRef::User {
+                pid: user_stack_owner(k),
+                id: k.user_stack,
+            });
+        };
+        self.entries.iter().for_each(|e| add_key(&e.key));
+        for (key, _) in &self.blocked {
+            refs.insert(StackRef::Kernel(key.holder.kernel_stack));
+            refs.insert(StackRef::User {
+                pid: holder_stack_owner(key),
+                id: key.holder.user_stack,
+            });
+        }
+        for (key, _) in &self.sleeps {
+            refs.insert(StackRef::Kernel(key.stack));
+        }
+        refs.retain(|r| match r {
+            StackRef::Kernel(id) | StackRef::User { id, .. } => *id >= 0,
+        });
+        refs
+    }
+}
+
+/// User stacks of outside lockers belong to the locker's address space, not the target's.
+pub fn user_stack_owner(key: &AggKey) -> u32 {
+    if key.locker_pid != 0 {
+        key.locker_pid
+    } else {
+        key.pid
+    }
+}
+
+/// A holder's user stack belongs to the outside locker, or else to the target the waiter is in.
+pub fn holder_stack_owner(key: &BlockKey) -> u32 {
+    if key.holder.outside_pid != 0 {
+        key.holder.outside_pid
+    } else {
+        key.waiter.pid
+    }
+}
+
+/// Which optional tracepoint families were attached (the kernel may lack some).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Features {
+    /// lock:contention_begin/end: the sleeping part of waits.
+    pub contention: bool,
+    /// exceptions:page_fault_user: fault counts and fault causes.
+    pub faults: bool,
+    /// syscalls:sys_{enter,exit}_*: per-syscall totals and syscall causes.
+    pub syscalls: bool,
+    /// tp_btf/sched_switch: holders' off-CPU time.
+    pub offcpu: bool,
 }
 
 /// One symbolized stack frame.

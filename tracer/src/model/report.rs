@@ -4,12 +4,17 @@
 use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
-use tracer_common::{ModeTotals, HIST_SLOTS, KIND_WAIT, MODE_WRITE, NO_STACK};
+use tracer_common::{
+    AggKey, BlockKey, BlockValue, HolderKey, ModeTotals, SyscallTotals, FAULTS_FILEMAP,
+    FAULTS_FILEMAP_UNDER_LOCK, FAULTS_TOOK_MMAP_LOCK, FAULTS_USER, HIST_SLOTS, KIND_WAIT,
+    MM_SYSCALLS, MODE_WRITE, NO_STACK,
+};
 
 use super::{
-    cause::{classify, Cause},
+    cause::{cause_of, Cause},
     histogram::{merge, percentile},
-    Frame, Harvest, InFlight, RawEntry, StackRef, Symbols,
+    holder_stack_owner, user_stack_owner, Features, Frame, Harvest, InFlight, RawEntry, StackRef,
+    Symbols,
 };
 
 pub const SCHEMA_VERSION: u32 = 1;
@@ -77,6 +82,11 @@ pub struct Report {
     /// Every drop and unpaired-event counter, zero or not.
     pub lost: BTreeMap<&'static str, u64>,
     pub in_flight: InFlight,
+    pub faults: Faults,
+    /// Per mm syscall: count, time in the syscall, and its mmap_lock wait and hold.
+    pub syscalls: BTreeMap<&'static str, SyscallTotals>,
+    /// Which optional attributions the kernel allowed.
+    pub features: Features,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -131,6 +141,16 @@ pub struct Entry {
     pub frames: Vec<Frame>,
     /// Non-empty log2 slots as [lower bound ns, count].
     pub histogram: Vec<[u64; 2]>,
+    /// Waits: the part spent asleep in the rwsem slow path; null for holds.
+    pub contended_ns: Option<u64>,
+    /// Waits: the holders waited behind, largest first; empty for holds.
+    pub blocked_by: Vec<Blocker>,
+    /// Holds: where the time went while off CPU; null for waits.
+    pub offcpu: Option<OffCpuSplit>,
+    /// Holds: the kernel stack the holder slept in most; empty if it never slept.
+    pub sleep_frames: Vec<Frame>,
+    /// Holds: the waiting this stack caused; null for waits.
+    pub blocked_others: Option<BlockedOthers>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -138,6 +158,55 @@ pub struct Locker {
     pub pid: u32,
     pub comm: Option<String>,
 }
+
+/// A holder a wait was charged to: its stacks, cause and threads, and the wait time.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Blocker {
+    pub mode: Mode,
+    pub cause: Cause,
+    pub outside_locker: bool,
+    pub locker: Option<Locker>,
+    /// Holder threads seen with this stack (at most MAX_TIDS).
+    pub tids: Vec<u32>,
+    pub frames: Vec<Frame>,
+    /// The entry's wait time charged to this holder (waits behind several readers are split
+    /// equally between them).
+    pub wait_ns: u64,
+    pub count: u64,
+    /// wait_ns / the entry's total wait.
+    pub share: f64,
+}
+
+/// How much waiting a hold entry caused, over every waiter.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct BlockedOthers {
+    pub count: u64,
+    pub wait_ns: u64,
+}
+
+/// Where a hold entry's time went: running + runnable + sleeping = total; uninterruptible (D)
+/// sleep is part of sleeping.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct OffCpuSplit {
+    pub running_ns: u64,
+    pub runnable_ns: u64,
+    pub sleeping_ns: u64,
+    pub uninterruptible_ns: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Faults {
+    /// User page faults of the targets.
+    pub total: u64,
+    /// Of those, faults whose handler took mmap_lock (fell back from the per-VMA lock).
+    pub took_mmap_lock: u64,
+    pub filemap: u64,
+    /// filemap faults while the faulting thread held the target's mmap_lock.
+    pub filemap_under_mmap_lock: u64,
+}
+
+/// Distinct holder threads listed per blocker.
+const MAX_TIDS: usize = 8;
 
 pub fn build_report(harvest: &Harvest, symbols: &Symbols, meta: &TraceMeta) -> Report {
     let entries = sorted_entries(harvest, symbols);
@@ -165,6 +234,18 @@ pub fn build_report(harvest: &Harvest, symbols: &Symbols, meta: &TraceMeta) -> R
             .map(|(c, n)| (c.name(), *n))
             .collect(),
         in_flight: harvest.in_flight,
+        faults: Faults {
+            total: harvest.faults[FAULTS_USER as usize],
+            took_mmap_lock: harvest.faults[FAULTS_TOOK_MMAP_LOCK as usize],
+            filemap: harvest.faults[FAULTS_FILEMAP as usize],
+            filemap_under_mmap_lock: harvest.faults[FAULTS_FILEMAP_UNDER_LOCK as usize],
+        },
+        syscalls: MM_SYSCALLS
+            .iter()
+            .zip(harvest.syscalls)
+            .map(|(name, totals)| (*name, totals))
+            .collect(),
+        features: harvest.features,
     }
 }
 
@@ -192,77 +273,238 @@ fn totals_of(harvest: &Harvest, slots: &[usize]) -> Totals {
 }
 
 fn sorted_entries(harvest: &Harvest, symbols: &Symbols) -> Vec<Entry> {
+    let index = Index::new(harvest, symbols);
     let mut entries: Vec<Entry> = harvest
         .entries
         .iter()
         .filter(|raw| raw.value.count > 0)
-        .map(|raw| entry_of(raw, harvest, symbols))
+        .map(|raw| index.entry_of(raw))
         .collect();
     entries.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(b.count.cmp(&a.count)));
     entries
 }
 
-fn entry_of(raw: &RawEntry, harvest: &Harvest, symbols: &Symbols) -> Entry {
-    let (k, v) = (&raw.key, &raw.value);
-    let kernel = (k.kernel_stack != NO_STACK)
-        .then(|| symbols.get(&StackRef::Kernel(k.kernel_stack)))
-        .flatten();
-    let user = (k.user_stack != NO_STACK)
-        .then(|| {
-            symbols.get(&StackRef::User {
-                pid: user_stack_owner(raw),
-                id: k.user_stack,
+/// What a holder's stacks identify: holds and blocked-by records match on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct HolderSig {
+    kernel_stack: i32,
+    user_stack: i32,
+    mode: u8,
+    syscall: u8,
+    fault: u8,
+    outside_pid: u32,
+}
+
+impl HolderSig {
+    fn of_hold(k: &AggKey) -> Self {
+        Self {
+            kernel_stack: k.kernel_stack,
+            user_stack: k.user_stack,
+            mode: k.mode,
+            syscall: k.syscall,
+            fault: k.fault,
+            outside_pid: k.locker_pid,
+        }
+    }
+
+    fn of_holder(h: &HolderKey) -> Self {
+        Self {
+            kernel_stack: h.kernel_stack,
+            user_stack: h.user_stack,
+            mode: h.mode,
+            syscall: h.syscall,
+            fault: h.fault,
+            outside_pid: h.outside_pid,
+        }
+    }
+}
+
+/// The harvest's side tables, indexed by the entry keys they belong to.
+struct Index<'a> {
+    harvest: &'a Harvest,
+    symbols: &'a Symbols,
+    blocked_by_waiter: HashMap<AggKey, Vec<&'a (BlockKey, BlockValue)>>,
+    blocked_by_holder: HashMap<HolderSig, BlockedOthers>,
+    sleeps_by_hold: HashMap<AggKey, Vec<(i32, u64)>>,
+}
+
+impl<'a> Index<'a> {
+    fn new(harvest: &'a Harvest, symbols: &'a Symbols) -> Self {
+        let mut blocked_by_waiter: HashMap<AggKey, Vec<_>> = HashMap::new();
+        let mut blocked_by_holder: HashMap<HolderSig, BlockedOthers> = HashMap::new();
+        for record in &harvest.blocked {
+            let (key, value) = record;
+            blocked_by_waiter
+                .entry(key.waiter)
+                .or_default()
+                .push(record);
+            let caused = blocked_by_holder
+                .entry(HolderSig::of_holder(&key.holder))
+                .or_default();
+            caused.count += value.count;
+            caused.wait_ns += value.wait_ns;
+        }
+        let mut sleeps_by_hold: HashMap<AggKey, Vec<(i32, u64)>> = HashMap::new();
+        for (key, ns) in &harvest.sleeps {
+            sleeps_by_hold
+                .entry(key.hold)
+                .or_default()
+                .push((key.stack, *ns));
+        }
+        Self {
+            harvest,
+            symbols,
+            blocked_by_waiter,
+            blocked_by_holder,
+            sleeps_by_hold,
+        }
+    }
+
+    fn kernel(&self, id: i32) -> Option<&'a [Frame]> {
+        (id != NO_STACK)
+            .then(|| self.symbols.get(&StackRef::Kernel(id)))
+            .flatten()
+            .map(|f| without_tracing_frames(f))
+    }
+
+    /// User frames (of `pid`'s address space) then kernel frames.
+    fn frames(&self, kernel_stack: i32, user_stack: i32, pid: u32) -> Vec<Frame> {
+        let user = (user_stack != NO_STACK)
+            .then(|| {
+                self.symbols.get(&StackRef::User {
+                    pid,
+                    id: user_stack,
+                })
             })
+            .flatten();
+        let mut frames: Vec<Frame> = user.cloned().unwrap_or_default();
+        frames.extend(
+            self.kernel(kernel_stack)
+                .unwrap_or_default()
+                .iter()
+                .cloned(),
+        );
+        frames
+    }
+
+    fn locker(&self, pid: u32) -> Option<Locker> {
+        (pid != 0).then(|| Locker {
+            pid,
+            comm: self.harvest.locker_comms.get(&pid).cloned(),
         })
-        .flatten();
-    let mut frames: Vec<Frame> = user.cloned().unwrap_or_default();
-    frames.extend(
-        kernel
-            .map_or(&[][..], |k| without_tracing_frames(k))
-            .iter()
-            .cloned(),
-    );
-    let outside = k.locker_pid != 0;
-    Entry {
-        kind: if k.kind == KIND_WAIT {
-            Kind::Wait
-        } else {
-            Kind::Hold
-        },
-        mode: if k.mode == MODE_WRITE {
-            Mode::Write
-        } else {
-            Mode::Read
-        },
-        cause: classify(kernel.map(Vec::as_slice)),
-        count: v.count,
-        total_ns: v.total_ns,
-        avg_ns: v.total_ns / v.count.max(1),
-        max_ns: v.max_ns,
-        p50_ns: percentile(&v.hist, 0.50, v.max_ns),
-        p99_ns: percentile(&v.hist, 0.99, v.max_ns),
-        pid: k.pid,
-        tid: (k.tid != 0).then_some(k.tid),
-        outside_locker: outside,
-        locker: outside.then(|| Locker {
-            pid: k.locker_pid,
-            comm: harvest.locker_comms.get(&k.locker_pid).cloned(),
-        }),
-        stack_collected: kernel.is_some(),
-        frames,
-        histogram: histogram_rows(&v.hist),
+    }
+
+    fn entry_of(&self, raw: &RawEntry) -> Entry {
+        let (k, v) = (&raw.key, &raw.value);
+        let kernel = self.kernel(k.kernel_stack);
+        let is_wait = k.kind == KIND_WAIT;
+        Entry {
+            kind: if is_wait { Kind::Wait } else { Kind::Hold },
+            mode: mode_of(k.mode),
+            cause: cause_of(k.syscall, k.fault, kernel),
+            count: v.count,
+            total_ns: v.total_ns,
+            avg_ns: v.total_ns / v.count.max(1),
+            max_ns: v.max_ns,
+            p50_ns: percentile(&v.hist, 0.50, v.max_ns),
+            p99_ns: percentile(&v.hist, 0.99, v.max_ns),
+            pid: k.pid,
+            tid: (k.tid != 0).then_some(k.tid),
+            outside_locker: k.locker_pid != 0,
+            locker: self.locker(k.locker_pid),
+            stack_collected: kernel.is_some(),
+            frames: self.frames(k.kernel_stack, k.user_stack, user_stack_owner(k)),
+            histogram: histogram_rows(&v.hist),
+            contended_ns: is_wait.then_some(v.contended_ns),
+            blocked_by: if is_wait {
+                self.blockers_of(k, v.total_ns)
+            } else {
+                Vec::new()
+            },
+            offcpu: (!is_wait).then(|| OffCpuSplit {
+                running_ns: v.total_ns.saturating_sub(v.runnable_ns + v.sleeping_ns),
+                runnable_ns: v.runnable_ns,
+                sleeping_ns: v.sleeping_ns,
+                uninterruptible_ns: v.uninterruptible_ns,
+            }),
+            sleep_frames: if is_wait {
+                Vec::new()
+            } else {
+                self.sleep_frames(k)
+            },
+            blocked_others: (!is_wait).then(|| {
+                self.blocked_by_holder
+                    .get(&HolderSig::of_hold(k))
+                    .cloned()
+                    .unwrap_or_default()
+            }),
+        }
+    }
+
+    /// The holders an entry's waits were charged to, merged by holder stack, largest first.
+    fn blockers_of(&self, waiter: &AggKey, total_wait_ns: u64) -> Vec<Blocker> {
+        let mut merged: BTreeMap<HolderSig, Blocker> = BTreeMap::new();
+        for (key, value) in self.blocked_by_waiter.get(waiter).into_iter().flatten() {
+            let h = &key.holder;
+            let blocker = merged
+                .entry(HolderSig::of_holder(h))
+                .or_insert_with(|| Blocker {
+                    mode: mode_of(h.mode),
+                    cause: cause_of(h.syscall, h.fault, self.kernel(h.kernel_stack)),
+                    outside_locker: h.outside_pid != 0,
+                    locker: self.locker(h.outside_pid),
+                    tids: Vec::new(),
+                    frames: self.frames(h.kernel_stack, h.user_stack, holder_stack_owner(key)),
+                    wait_ns: 0,
+                    count: 0,
+                    share: 0.0,
+                });
+            blocker.wait_ns += value.wait_ns;
+            blocker.count += value.count;
+            if blocker.tids.len() < MAX_TIDS && !blocker.tids.contains(&h.tid) {
+                blocker.tids.push(h.tid);
+            }
+        }
+        let mut blockers: Vec<Blocker> = merged.into_values().collect();
+        for b in &mut blockers {
+            b.share = ratio(b.wait_ns, total_wait_ns);
+        }
+        blockers.sort_by_key(|b| std::cmp::Reverse(b.wait_ns));
+        blockers
+    }
+
+    /// The kernel stack a hold entry spent most of its sleeping time in.
+    fn sleep_frames(&self, hold: &AggKey) -> Vec<Frame> {
+        let Some(sleeps) = self.sleeps_by_hold.get(hold) else {
+            return Vec::new();
+        };
+        let Some(&(stack, _)) = sleeps.iter().max_by_key(|(_, ns)| *ns) else {
+            return Vec::new();
+        };
+        self.kernel(stack)
+            .map(<[Frame]>::to_vec)
+            .unwrap_or_default()
+    }
+}
+
+fn mode_of(mode: u8) -> Mode {
+    if mode == MODE_WRITE {
+        Mode::Write
+    } else {
+        Mode::Read
     }
 }
 
 /// The innermost kernel frames are the tracepoint's own machinery (the stack is taken inside
 /// it): they say nothing about who locked, so they are left out.
 pub fn without_tracing_frames(frames: &[Frame]) -> &[Frame] {
-    const MACHINERY: [&str; 5] = [
+    const MACHINERY: [&str; 6] = [
         "__mmap_lock_do_trace_",
         "__traceiter_",
         "trace_mmap_lock",
         "perf_trace_",
         "bpf_",
+        "__bpf_",
     ];
     let skip = frames
         .iter()
@@ -273,15 +515,6 @@ pub fn without_tracing_frames(frames: &[Frame]) -> &[Frame] {
         })
         .count();
     &frames[skip..]
-}
-
-/// User stacks of outside lockers belong to the locker's address space, not the target's.
-fn user_stack_owner(raw: &RawEntry) -> u32 {
-    if raw.key.locker_pid != 0 {
-        raw.key.locker_pid
-    } else {
-        raw.key.pid
-    }
 }
 
 fn histogram_rows(hist: &[u64; HIST_SLOTS]) -> Vec<[u64; 2]> {
@@ -345,7 +578,7 @@ fn hist_from_rows(rows: &[[u64; 2]]) -> [u64; HIST_SLOTS] {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use tracer_common::{AggKey, AggValue, Counter, KIND_HOLD, MODE_READ};
+    use tracer_common::{AggKey, AggValue, Counter, SleepKey, KIND_HOLD, MODE_READ};
 
     fn frame(kernel: bool, symbol: &str) -> Frame {
         Frame {
@@ -382,7 +615,8 @@ pub(crate) mod tests {
                 user_stack,
                 kind,
                 mode,
-                _pad: [0; 2],
+                syscall: 0,
+                fault: 0,
             },
             value,
         }
@@ -443,6 +677,178 @@ pub(crate) mod tests {
             stack_threshold_ns: 10_000,
         };
         (harvest, symbols, meta)
+    }
+
+    /// `sample()` plus attribution: the fault wait (kernel stack 3) waited behind the munmap
+    /// write hold (stacks 1/2, tid 7) and behind a holder whose stacks were lost (tid 8); the
+    /// munmap hold was off CPU part of the time and slept in stack 5.
+    pub(crate) fn attributed() -> (Harvest, Symbols, TraceMeta) {
+        let (mut harvest, mut symbols, meta) = sample();
+        let fault_wait = harvest.entries[2].key;
+        let munmap_hold = harvest.entries[1].key;
+        let holder = |kernel_stack, user_stack, tid| HolderKey {
+            kernel_stack,
+            user_stack,
+            tid,
+            outside_pid: 0,
+            mode: MODE_WRITE,
+            syscall: 0,
+            fault: 0,
+            _pad: 0,
+        };
+        harvest.blocked = vec![
+            (
+                BlockKey {
+                    waiter: fault_wait,
+                    holder: holder(1, 2, 7),
+                },
+                BlockValue {
+                    count: 2,
+                    wait_ns: 750_000,
+                },
+            ),
+            (
+                BlockKey {
+                    waiter: fault_wait,
+                    holder: holder(NO_STACK, NO_STACK, 8),
+                },
+                BlockValue {
+                    count: 1,
+                    wait_ns: 250_000,
+                },
+            ),
+        ];
+        let value = &mut harvest.entries[1].value;
+        value.runnable_ns = 5_000_000;
+        value.sleeping_ns = 20_000_000;
+        value.uninterruptible_ns = 15_000_000;
+        harvest.sleeps = vec![
+            (
+                SleepKey {
+                    hold: munmap_hold,
+                    stack: 5,
+                    _pad: 0,
+                },
+                18_000_000,
+            ),
+            (
+                SleepKey {
+                    hold: munmap_hold,
+                    stack: 6,
+                    _pad: 0,
+                },
+                2_000_000,
+            ),
+        ];
+        symbols.insert(
+            StackRef::Kernel(5),
+            vec![
+                frame(true, "io_schedule"),
+                frame(true, "folio_wait_bit_common"),
+            ],
+        );
+        symbols.insert(StackRef::Kernel(6), vec![frame(true, "schedule")]);
+        harvest.syscalls[1] = SyscallTotals {
+            count: 2,
+            total_ns: 50_000_000,
+            lock_wait_ns: 8_000_000,
+            lock_hold_ns: 40_000_000,
+        };
+        harvest.faults = [1000, 3, 10, 1];
+        harvest.features = Features {
+            contention: true,
+            faults: true,
+            syscalls: true,
+            offcpu: true,
+        };
+        (harvest, symbols, meta)
+    }
+
+    #[test]
+    fn waits_name_the_holders_they_waited_behind() {
+        let (harvest, symbols, meta) = attributed();
+        let r = build_report(&harvest, &symbols, &meta);
+        let fault = r
+            .entries
+            .iter()
+            .find(|e| e.cause == Cause::PageFault)
+            .unwrap();
+        assert_eq!(fault.blocked_by.len(), 2);
+        let first = &fault.blocked_by[0];
+        assert_eq!(
+            (first.mode, first.cause, first.tids.clone()),
+            (Mode::Write, Cause::Munmap, vec![7])
+        );
+        assert_eq!((first.wait_ns, first.count), (750_000, 2));
+        assert!((first.share - 0.75).abs() < 1e-9, "{}", first.share);
+        let names: Vec<_> = first
+            .frames
+            .iter()
+            .filter_map(|f| f.symbol.as_deref())
+            .collect();
+        assert_eq!(
+            names,
+            ["munmap", "scan_file", "__vm_munmap", "do_syscall_64"]
+        );
+        let lost = &fault.blocked_by[1];
+        assert!(lost.frames.is_empty());
+        assert_eq!((lost.tids.clone(), lost.cause), (vec![8], Cause::NoStack));
+        assert!(fault.offcpu.is_none() && fault.blocked_others.is_none());
+    }
+
+    #[test]
+    fn holds_carry_off_cpu_time_sleep_stack_and_the_waiting_they_caused() {
+        let (harvest, symbols, meta) = attributed();
+        let r = build_report(&harvest, &symbols, &meta);
+        let hold = &r.entries[0];
+        assert_eq!((hold.kind, hold.cause), (Kind::Hold, Cause::Munmap));
+        let off = hold.offcpu.as_ref().unwrap();
+        assert_eq!(
+            (
+                off.running_ns,
+                off.runnable_ns,
+                off.sleeping_ns,
+                off.uninterruptible_ns
+            ),
+            (15_000_000, 5_000_000, 20_000_000, 15_000_000)
+        );
+        let sleep: Vec<_> = hold
+            .sleep_frames
+            .iter()
+            .filter_map(|f| f.symbol.as_deref())
+            .collect();
+        assert_eq!(
+            sleep,
+            ["io_schedule", "folio_wait_bit_common"],
+            "the stack it slept in most"
+        );
+        assert_eq!(
+            hold.blocked_others,
+            Some(BlockedOthers {
+                count: 2,
+                wait_ns: 750_000
+            })
+        );
+        assert!(hold.contended_ns.is_none() && hold.blocked_by.is_empty());
+    }
+
+    #[test]
+    fn faults_syscalls_and_features_reach_the_report() {
+        let (harvest, symbols, meta) = attributed();
+        let r = build_report(&harvest, &symbols, &meta);
+        assert_eq!(
+            r.faults,
+            Faults {
+                total: 1000,
+                took_mmap_lock: 3,
+                filemap: 10,
+                filemap_under_mmap_lock: 1
+            }
+        );
+        assert_eq!(r.syscalls.len(), MM_SYSCALLS.len());
+        assert_eq!(r.syscalls["munmap"].count, 2);
+        assert_eq!(r.syscalls["mmap"].count, 0);
+        assert!(r.features.offcpu);
     }
 
     #[test]

@@ -15,6 +15,7 @@ use super::human_ns;
 pub fn render(report: &Report, top: usize) -> String {
     let mut out = String::new();
     header(&mut out, report);
+    faults_and_syscalls(&mut out, report);
     causes(&mut out, report);
     blocks(&mut out, report, top);
     footer(&mut out, report);
@@ -61,6 +62,41 @@ fn header(out: &mut String, r: &Report) {
         for (name, m) in [("read", &outside.read), ("write", &outside.write)] {
             mode_row(out, name, m);
         }
+    }
+}
+
+fn faults_and_syscalls(out: &mut String, r: &Report) {
+    if r.features.faults {
+        let f = &r.faults;
+        let _ = writeln!(
+            out,
+            "\nPage faults: {} by the target, {} took mmap_lock (fell back from the per-VMA lock); \
+             {} filemap faults, {} of them under mmap_lock",
+            f.total, f.took_mmap_lock, f.filemap, f.filemap_under_mmap_lock
+        );
+    }
+    if !r.features.syscalls || r.syscalls.values().all(|s| s.count == 0) {
+        return;
+    }
+    let _ = writeln!(out, "\nSyscalls:");
+    let _ = writeln!(
+        out,
+        "{:<9} {:>9} {:>10} {:>10} {:>12} {:>12}",
+        "syscall", "count", "total", "avg", "lock wait", "lock hold"
+    );
+    let mut rows: Vec<_> = r.syscalls.iter().filter(|(_, s)| s.count > 0).collect();
+    rows.sort_by_key(|(_, s)| std::cmp::Reverse(s.total_ns));
+    for (name, s) in rows {
+        let _ = writeln!(
+            out,
+            "{:<9} {:>9} {:>10} {:>10} {:>12} {:>12}",
+            name,
+            s.count,
+            human_ns(s.total_ns),
+            human_ns(s.total_ns / s.count.max(1)),
+            human_ns(s.lock_wait_ns),
+            human_ns(s.lock_hold_ns)
+        );
     }
 }
 
@@ -143,6 +179,104 @@ fn block(out: &mut String, e: &Entry, threshold_ns: u64) {
     for f in &e.frames {
         let _ = writeln!(out, "=== {}", frame_line(f));
     }
+    if let Some(contended) = e.contended_ns.filter(|&ns| ns > 0) {
+        let _ = writeln!(
+            out,
+            "--- asleep in the rwsem slow path: {} ({:.0}% of the wait)",
+            human_ns(contended),
+            percent(contended, e.total_ns)
+        );
+    }
+    waited_behind(out, e);
+    asleep_while_holding(out, e);
+    if let Some(caused) = e.blocked_others.as_ref().filter(|b| b.count > 0) {
+        let _ = writeln!(
+            out,
+            "--- blocked others: {} of waiting, {} waits",
+            human_ns(caused.wait_ns),
+            caused.count
+        );
+    }
+}
+
+/// Blockers shown per wait block, and frames shown per blocker.
+const BLOCKERS_SHOWN: usize = 3;
+const BLOCKER_FRAMES_SHOWN: usize = 12;
+
+fn waited_behind(out: &mut String, e: &Entry) {
+    for b in e.blocked_by.iter().take(BLOCKERS_SHOWN) {
+        let who = match &b.locker {
+            Some(l) => format!(
+                "outside locker {} pid {}",
+                l.comm.as_deref().unwrap_or("?"),
+                l.pid
+            ),
+            None => format!("tid {}", join(&b.tids)),
+        };
+        let _ = writeln!(
+            out,
+            "--- waited behind: {:.0}% ({}) a {} hold [{}], {who}",
+            b.share * 100.0,
+            human_ns(b.wait_ns),
+            b.mode.label(),
+            b.cause.label()
+        );
+        if b.frames.is_empty() {
+            let _ = writeln!(
+                out,
+                "      (holder stack not known: still holding, or below the threshold)"
+            );
+        }
+        for f in b.frames.iter().take(BLOCKER_FRAMES_SHOWN) {
+            let _ = writeln!(out, "      === {}", frame_line(f));
+        }
+    }
+    if e.blocked_by.len() > BLOCKERS_SHOWN {
+        let _ = writeln!(
+            out,
+            "--- waited behind {} more holder stacks",
+            e.blocked_by.len() - BLOCKERS_SHOWN
+        );
+    }
+}
+
+fn asleep_while_holding(out: &mut String, e: &Entry) {
+    let Some(off) = e.offcpu.as_ref() else {
+        return;
+    };
+    if off.runnable_ns + off.sleeping_ns == 0 {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "--- off CPU while holding: runnable {:.0}% ({}), asleep {:.0}% ({}, {} in D state)",
+        percent(off.runnable_ns, e.total_ns),
+        human_ns(off.runnable_ns),
+        percent(off.sleeping_ns, e.total_ns),
+        human_ns(off.sleeping_ns),
+        human_ns(off.uninterruptible_ns)
+    );
+    if !e.sleep_frames.is_empty() {
+        let _ = writeln!(out, "--- asleep while holding, mostly in:");
+        for f in e.sleep_frames.iter().take(BLOCKER_FRAMES_SHOWN) {
+            let _ = writeln!(out, "      === {}", frame_line(f));
+        }
+    }
+}
+
+fn percent(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 * 100.0 / whole as f64
+    }
+}
+
+fn join(tids: &[u32]) -> String {
+    tids.iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn tags(e: &Entry) -> String {
@@ -206,7 +340,10 @@ fn footer(out: &mut String, r: &Report) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{build_report, report::tests::sample};
+    use crate::model::{
+        build_report,
+        report::tests::{attributed, sample},
+    };
 
     fn rendered() -> String {
         let (harvest, symbols, meta) = sample();
@@ -248,6 +385,25 @@ mod tests {
             text.contains("=== (no stack: each under the 10.0 µs stack threshold"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn attribution_lines() {
+        let (harvest, symbols, meta) = attributed();
+        let text = render(&build_report(&harvest, &symbols, &meta), 10);
+        for line in [
+            "Page faults: 1000 by the target, 3 took mmap_lock (fell back from the per-VMA lock); 10 filemap faults, 1 of them under mmap_lock",
+            "munmap            2   50.00 ms   25.00 ms      8.00 ms     40.00 ms",
+            "--- waited behind: 75% (750.0 µs) a write hold [munmap], tid 7",
+            "      === /usr/bin/app (munmap)",
+            "--- waited behind: 25% (250.0 µs) a write hold [no stack (short)], tid 8",
+            "      (holder stack not known: still holding, or below the threshold)",
+            "--- off CPU while holding: runnable 12% (5.00 ms), asleep 50% (20.00 ms, 15.00 ms in D state)",
+            "--- asleep while holding, mostly in:\n      === kernel (io_schedule)",
+            "--- blocked others: 750.0 µs of waiting, 2 waits",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in:\n{text}");
+        }
     }
 
     #[test]

@@ -1,21 +1,30 @@
 //! Loading the eBPF object, attaching its programs and reading its maps. The only module that
 //! touches aya; it hands plain data (`model::Harvest`) to the rest.
 
+mod contention;
+mod faults;
 mod mmap_lock;
+mod sched;
+mod syscalls;
 
 use std::collections::{HashMap, HashSet};
 
 use anyhow::{anyhow, Context as _, Result};
 use aya::{
     maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap, StackTraceMap},
+    programs::TracePoint,
     Ebpf, EbpfLoader,
 };
 use tracer_common::{
-    AggKey, AggValue, Config, Counter, LockState, ModeTotals, StateKey, COUNTER_SLOTS, TOTALS_SLOTS,
+    AggValue, BlockKey, BlockValue, Config, Counter, LockState, ModeTotals, SleepKey, StateKey,
+    SyscallTotals, COUNTER_SLOTS,
 };
 
-use crate::model::{Harvest, InFlight, RawEntry};
-use crate::system::{btf::KernelOffsets, tracefs::Tracefs};
+use crate::model::{Features, Harvest, InFlight, RawEntry};
+use crate::system::{
+    btf::KernelOffsets,
+    tracefs::{Needed, Tracefs},
+};
 
 /// The compiled programs, built by build.rs from the tracer-ebpf crate.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer"));
@@ -33,6 +42,42 @@ pub struct ProbeSettings {
 /// Loaded and attached programs with their maps.
 pub struct Probes {
     ebpf: Ebpf,
+    features: Features,
+}
+
+/// Loads `name` (once) and attaches it to each tracepoint in `tps`, all or nothing: a family
+/// whose tracepoints are missing is left out with a warning naming them.
+fn attach_tracepoints(
+    ebpf: &mut Ebpf,
+    tracefs: &Tracefs,
+    name: &str,
+    tps: &[Needed],
+) -> Result<bool> {
+    if let Some(missing) = tps.iter().find(|tp| !tracefs.has(tp)) {
+        log::warn!(
+            "kernel lacks tracepoint {}:{} (Linux {}): {name} is left out",
+            missing.category,
+            missing.name,
+            missing.since
+        );
+        return Ok(false);
+    }
+    let program: &mut TracePoint = ebpf
+        .program_mut(name)
+        .ok_or_else(|| anyhow!("eBPF object has no program {name}"))?
+        .try_into()?;
+    program
+        .load()
+        .map_err(|e| explain_permission(anyhow!(e), &format!("loading {name}")))?;
+    for tp in tps {
+        program.attach(tp.category, tp.name).map_err(|e| {
+            explain_permission(
+                anyhow!(e),
+                &format!("attaching {}:{}", tp.category, tp.name),
+            )
+        })?;
+    }
+    Ok(true)
 }
 
 impl Probes {
@@ -41,19 +86,23 @@ impl Probes {
         tracefs: &Tracefs,
         offsets: &KernelOffsets,
     ) -> Result<Self> {
-        let config = Config {
+        let mut config = Config {
             start_locking: tracefs.mmap_lock_fields(&crate::system::tracefs::MMAP_LOCK_START)?,
             acquire_returned: tracefs
                 .mmap_lock_fields(&crate::system::tracefs::MMAP_LOCK_ACQUIRED)?,
             released: tracefs.mmap_lock_fields(&crate::system::tracefs::MMAP_LOCK_RELEASED)?,
             task_mm_offset: offsets.task_mm,
             task_pending_signal_offset: offsets.task_pending_signal,
+            task_pid_offset: offsets.task_pid,
+            mm_mmap_lock_offset: offsets.mm_mmap_lock,
             stack_threshold_ns: settings.stack_threshold_ns,
             tracer_tgid: std::process::id(),
             per_thread: settings.per_thread as u32,
             user_stacks: settings.user_stacks as u32,
-            _pad: 0,
+            ..Config::ZERO
         };
+        contention::configure(tracefs, &mut config)?;
+        syscalls::configure(tracefs, &mut config)?;
         raise_memlock_limit();
         let ebpf = EbpfLoader::new()
             .override_global("CONFIG", &config, true)
@@ -61,8 +110,17 @@ impl Probes {
             .map_max_entries("STACKS", settings.max_stacks)
             .load(EBPF_OBJECT)
             .map_err(|e| explain_permission(anyhow!(e), "loading the eBPF programs"))?;
-        let mut probes = Self { ebpf };
+        let mut probes = Self {
+            ebpf,
+            features: Features::default(),
+        };
         mmap_lock::attach(&mut probes.ebpf)?;
+        probes.features = Features {
+            contention: contention::attach(&mut probes.ebpf, tracefs)?,
+            faults: faults::attach(&mut probes.ebpf, tracefs)?,
+            syscalls: syscalls::attach(&mut probes.ebpf, tracefs)?,
+            offcpu: sched::attach(&mut probes.ebpf)?,
+        };
         Ok(probes)
     }
 
@@ -112,20 +170,57 @@ impl Probes {
         let counters = take(&mut self.ebpf, "COUNTERS")?;
         let comms = take(&mut self.ebpf, "LOCKER_COMMS")?;
         let states = take(&mut self.ebpf, "LOCK_STATE")?;
+        let blocked = take(&mut self.ebpf, "BLOCKED")?;
+        let sleeps = take(&mut self.ebpf, "SLEEPS")?;
+        let syscalls = take(&mut self.ebpf, "SYSCALL_TOTALS")?;
+        let faults = take(&mut self.ebpf, "FAULT_COUNTS")?;
         // Disarmed above, so the maps no longer move; dropping the object detaches the programs.
-        drop(self.ebpf);
+        let Probes { ebpf, features } = self;
+        drop(ebpf);
 
-        let entries = read_entries(PerCpuHashMap::try_from(agg)?)?;
+        let entries: Vec<RawEntry> = read_summed(PerCpuHashMap::try_from(agg)?, AggValue::merge)?
+            .into_iter()
+            .map(|(key, value)| RawEntry { key, value })
+            .collect();
+        let blocked = read_summed(
+            PerCpuHashMap::try_from(blocked)?,
+            |into: &mut BlockValue, v| {
+                into.count += v.count;
+                into.wait_ns += v.wait_ns;
+            },
+        )?;
+        let sleeps = read_summed(PerCpuHashMap::try_from(sleeps)?, |into: &mut u64, v| {
+            *into += v
+        })?;
         let stack_ids: HashSet<u32> = entries
             .iter()
             .flat_map(|e| [e.key.kernel_stack, e.key.user_stack])
+            .chain(blocked.iter().flat_map(|(k, _): &(BlockKey, BlockValue)| {
+                [
+                    k.waiter.kernel_stack,
+                    k.waiter.user_stack,
+                    k.holder.kernel_stack,
+                    k.holder.user_stack,
+                ]
+            }))
+            .chain(sleeps.iter().map(|(k, _): &(SleepKey, u64)| k.stack))
             .filter(|&id| id >= 0)
             .map(|id| id as u32)
             .collect();
         Ok(Harvest {
+            blocked,
+            sleeps,
+            syscalls: read_array(
+                &PerCpuArray::try_from(syscalls)?,
+                |into: &mut SyscallTotals, v| into.merge(v),
+            )?,
+            faults: read_array(&PerCpuArray::try_from(faults)?, |into: &mut u64, v| {
+                *into += v
+            })?,
+            features,
             stacks: read_stacks(&StackTraceMap::try_from(stacks)?, &stack_ids),
             entries,
-            totals: read_totals(&PerCpuArray::try_from(totals)?)?,
+            totals: read_array(&PerCpuArray::try_from(totals)?, ModeTotals::merge)?,
             counters: read_counters(&PerCpuArray::try_from(counters)?)?,
             locker_comms: read_comms(&BpfHashMap::try_from(comms)?),
             in_flight: read_in_flight(&BpfHashMap::try_from(states)?, &target_mms),
@@ -154,17 +249,35 @@ where
     Ok(T::try_from(m)?)
 }
 
-fn read_entries(agg: PerCpuHashMap<MapData, AggKey, AggValue>) -> Result<Vec<RawEntry>> {
-    let mut entries = Vec::new();
-    for item in agg.iter() {
-        let (key, per_cpu) = item.context("reading aggregation map")?;
-        let mut value = AggValue::default();
-        for cpu_value in per_cpu.iter() {
-            value.merge(cpu_value);
+/// Every key of a per-CPU hash map with its per-CPU values summed by `add`.
+fn read_summed<K: aya::Pod + Eq + std::hash::Hash, V: aya::Pod + Default>(
+    map: PerCpuHashMap<MapData, K, V>,
+    add: impl Fn(&mut V, &V),
+) -> Result<Vec<(K, V)>> {
+    let mut out = Vec::new();
+    for item in map.iter() {
+        let (key, per_cpu) = item.context("reading per-CPU map")?;
+        let mut sum = V::default();
+        for v in per_cpu.iter() {
+            add(&mut sum, v);
         }
-        entries.push(RawEntry { key, value });
+        out.push((key, sum));
     }
-    Ok(entries)
+    Ok(out)
+}
+
+/// Every slot of a per-CPU array with its per-CPU values summed by `add`.
+fn read_array<V: aya::Pod + Default + Copy, const N: usize>(
+    map: &PerCpuArray<MapData, V>,
+    add: impl Fn(&mut V, &V),
+) -> Result<[V; N]> {
+    let mut out = [V::default(); N];
+    for (i, slot) in out.iter_mut().enumerate() {
+        for v in map.get(&(i as u32), 0)?.iter() {
+            add(slot, v);
+        }
+    }
+    Ok(out)
 }
 
 fn read_stacks(map: &StackTraceMap<MapData>, ids: &HashSet<u32>) -> HashMap<i32, Vec<u64>> {
@@ -174,18 +287,6 @@ fn read_stacks(map: &StackTraceMap<MapData>, ids: &HashSet<u32>) -> HashMap<i32,
             Some((id as i32, trace.frames().iter().map(|f| f.ip).collect()))
         })
         .collect()
-}
-
-fn read_totals(
-    map: &PerCpuArray<MapData, ModeTotals>,
-) -> Result<[ModeTotals; TOTALS_SLOTS as usize]> {
-    let mut totals = [ModeTotals::default(); TOTALS_SLOTS as usize];
-    for (i, slot) in totals.iter_mut().enumerate() {
-        for cpu_value in map.get(&(i as u32), 0)?.iter() {
-            slot.merge(cpu_value);
-        }
-    }
-    Ok(totals)
 }
 
 fn read_counters(map: &PerCpuArray<MapData, u64>) -> Result<Vec<(Counter, u64)>> {

@@ -11,6 +11,7 @@ pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 pub struct KernelOffsets {
     pub task_mm: u32,
     pub task_pending_signal: u32,
+    pub task_pid: u32,
     pub mm_mmap_lock: u32,
 }
 
@@ -27,6 +28,7 @@ impl KernelOffsets {
         Ok(Self {
             task_mm: byte_offset(&btf, "task_struct", &["mm"])?,
             task_pending_signal: byte_offset(&btf, "task_struct", &["pending", "signal"])?,
+            task_pid: byte_offset(&btf, "task_struct", &["pid"])?,
             mm_mmap_lock: byte_offset(&btf, "mm_struct", &["mmap_lock"])?,
         })
     }

@@ -41,6 +41,55 @@ pub const MMAP_LOCK_RELEASED: Needed = Needed {
     since: "5.10",
 };
 
+/// Optional tracepoints: without them the matching attribution is left out, with a warning.
+pub const CONTENTION_BEGIN: Needed = Needed {
+    category: "lock",
+    name: "contention_begin",
+    since: "5.19",
+};
+pub const CONTENTION_END: Needed = Needed {
+    category: "lock",
+    name: "contention_end",
+    since: "5.19",
+};
+pub const PAGE_FAULT_USER: Needed = Needed {
+    category: "exceptions",
+    name: "page_fault_user",
+    since: "4.15 (x86)",
+};
+pub const FILEMAP_FAULT: Needed = Needed {
+    category: "filemap",
+    name: "mm_filemap_fault",
+    since: "6.4",
+};
+
+/// syscalls:sys_enter_NAME / sys_exit_NAME (CONFIG_FTRACE_SYSCALLS) for each of MM_SYSCALLS,
+/// in the same order.
+pub const MM_SYSCALL_TRACEPOINTS: [(Needed, Needed); 6] = [
+    syscall_pair("sys_enter_mmap", "sys_exit_mmap"),
+    syscall_pair("sys_enter_munmap", "sys_exit_munmap"),
+    syscall_pair("sys_enter_mprotect", "sys_exit_mprotect"),
+    syscall_pair("sys_enter_mremap", "sys_exit_mremap"),
+    syscall_pair("sys_enter_madvise", "sys_exit_madvise"),
+    syscall_pair("sys_enter_brk", "sys_exit_brk"),
+];
+
+const fn syscall_pair(enter: &'static str, exit: &'static str) -> (Needed, Needed) {
+    const SINCE: &str = "2.6.33 with CONFIG_FTRACE_SYSCALLS";
+    (
+        Needed {
+            category: "syscalls",
+            name: enter,
+            since: SINCE,
+        },
+        Needed {
+            category: "syscalls",
+            name: exit,
+            since: SINCE,
+        },
+    )
+}
+
 impl Tracefs {
     /// Finds tracefs, mounting it at /sys/kernel/tracing when nothing is mounted (we are
     /// privileged by now; systems without systemd often leave it unmounted).
@@ -86,29 +135,38 @@ impl Tracefs {
         )
     }
 
-    /// Offsets of the mm / write / success fields of one mmap_lock tracepoint.
-    pub fn mmap_lock_fields(&self, tp: &Needed) -> Result<TracepointFields> {
+    pub fn has(&self, tp: &Needed) -> bool {
+        self.event_dir(tp).join("format").is_file()
+    }
+
+    /// Offset of field `name` of `tp`, checking its size.
+    pub fn field_offset(&self, tp: &Needed, name: &str, size: u32) -> Result<u32> {
         self.require(tp)?;
         let path = self.event_dir(tp).join("format");
         let text = std::fs::read_to_string(&path)
             .with_context(|| format!("cannot read {}", path.display()))?;
-        let fields = parse_format(&text);
-        let field = |name: &str, size: u32| -> Result<u32> {
-            match fields.iter().find(|f| f.name == name) {
-                Some(f) if f.size == size => Ok(f.offset),
-                Some(f) => bail!(
-                    "{}: field {name} has size {}, expected {size}",
-                    tp.name,
-                    f.size
-                ),
-                None => bail!("{}: no field {name} in {}", tp.name, path.display()),
-            }
-        };
+        match parse_format(&text).into_iter().find(|f| f.name == name) {
+            Some(f) if f.size == size => Ok(f.offset),
+            Some(f) => bail!(
+                "{}: field {name} has size {}, expected {size}",
+                tp.name,
+                f.size
+            ),
+            None => bail!("{}: no field {name} in {}", tp.name, path.display()),
+        }
+    }
+
+    /// Offsets of the mm / write / success fields of one mmap_lock tracepoint.
+    pub fn mmap_lock_fields(&self, tp: &Needed) -> Result<TracepointFields> {
         let is_acquire = tp.name == MMAP_LOCK_ACQUIRED.name;
         Ok(TracepointFields {
-            mm: field("mm", 8)?,
-            write: field("write", 1)?,
-            success: if is_acquire { field("success", 1)? } else { 0 },
+            mm: self.field_offset(tp, "mm", 8)?,
+            write: self.field_offset(tp, "write", 1)?,
+            success: if is_acquire {
+                self.field_offset(tp, "success", 1)?
+            } else {
+                0
+            },
             _pad: 0,
         })
     }
@@ -231,6 +289,17 @@ print fmt: \"mm=%p\", REC->mm
         let err = fs.require(&MMAP_LOCK_RELEASED).unwrap_err().to_string();
         assert!(err.contains("mmap_lock:mmap_lock_released"), "{err}");
         assert!(err.contains("Linux 5.10"), "{err}");
+    }
+
+    #[test]
+    fn syscall_tracepoints_follow_mm_syscalls() {
+        for (name, (enter, exit)) in tracer_common::MM_SYSCALLS
+            .iter()
+            .zip(MM_SYSCALL_TRACEPOINTS)
+        {
+            assert_eq!(enter.name, format!("sys_enter_{name}"));
+            assert_eq!(exit.name, format!("sys_exit_{name}"));
+        }
     }
 
     #[test]

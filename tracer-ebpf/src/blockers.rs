@@ -1,0 +1,125 @@
+//! Blocker attribution: who held a target's mmap_lock when a wait began, and charging the wait
+//! to those holders when it ends. Holder stacks are taken at the holder's release, and only for
+//! holds that blocked someone (see tracer_common::holders).
+
+use tracer_common::{
+    AggKey, BlockKey, BlockValue, Blockers, Counter, HoldId, HolderKey, Holders, LockState,
+    MAX_BLOCKERS, MODE_READ, MODE_WRITE, NO_STACK,
+};
+
+use crate::maps::{count, slot_of, BLOCKED, FULL_BLOCKED, HOLDERS, HOLDER_INFO};
+
+const BPF_NOEXIST: u64 = 1;
+
+/// A hold that just ended, if any: whether it blocked someone, and its identity.
+#[derive(Clone, Copy, Default)]
+pub struct EndedHold {
+    pub blocked: bool,
+    pub hold_start_ns: u64,
+}
+
+#[inline(always)]
+fn holders_of(mm: u64) -> Option<&'static mut Holders> {
+    if HOLDERS.get_ptr_mut(&mm).is_none() {
+        let _ = HOLDERS.insert(&mm, &Holders::ZERO, BPF_NOEXIST);
+    }
+    HOLDERS.get_ptr_mut(&mm).map(|h| unsafe { &mut *h })
+}
+
+/// The holders a wait beginning now waits behind (marking them as blocking).
+#[inline(always)]
+pub fn holders_now(mm: u64, waiter_tid: u32) -> Blockers {
+    match holders_of(mm) {
+        Some(holders) => holders.blockers_of(waiter_tid),
+        None => Blockers::ZERO,
+    }
+}
+
+/// Keeps the mm's holder set in step with this thread's hold: ends the hold that was
+/// (`held_since`, `held_mode`) if it changed, and records the current one.
+#[inline(always)]
+pub fn track_holders(
+    mm: u64,
+    tid: u32,
+    held_since: u64,
+    held_mode: u8,
+    st: &LockState,
+) -> EndedHold {
+    let now_since = st.hold_start_ns;
+    if now_since == held_since {
+        return EndedHold::default();
+    }
+    let Some(holders) = holders_of(mm) else {
+        return EndedHold::default();
+    };
+    let mut ended = EndedHold::default();
+    if held_since != 0 {
+        if let Some(hold) = holders.remove(held_mode == MODE_WRITE, tid) {
+            ended = EndedHold {
+                blocked: hold.blocked != 0,
+                hold_start_ns: hold.hold_start_ns,
+            };
+        }
+    }
+    if now_since != 0 && !holders.add(st.hold_mode == MODE_WRITE, tid, now_since) {
+        count(Counter::ReaderOverflow);
+    }
+    ended
+}
+
+/// Charges a finished wait, in equal shares, to the holders it found when it began.
+#[inline(always)]
+pub fn charge(waiter: &AggKey, blockers: &Blockers, wait_ns: u64) {
+    let n = blockers.count as usize;
+    if n == 0 || n > MAX_BLOCKERS {
+        return;
+    }
+    let share = wait_ns / n as u64;
+    let mode = if blockers.writer != 0 {
+        MODE_WRITE
+    } else {
+        MODE_READ
+    };
+    for i in 0..MAX_BLOCKERS {
+        if i >= n {
+            break;
+        }
+        let r = blockers.refs[i];
+        let holder = holder_key(r.tid, r.hold_start_ns, mode);
+        let key = BlockKey {
+            waiter: *waiter,
+            holder,
+        };
+        let zero = BlockValue::default();
+        if let Some(v) = slot_of(&BLOCKED, &key, &zero, FULL_BLOCKED, Counter::BlockedMapFull) {
+            let v = unsafe { &mut *v };
+            v.count += 1;
+            v.wait_ns += share;
+        }
+    }
+}
+
+/// The holder's stacks as its release kept them; a holder still holding (or whose record was
+/// lost) is charged by thread only.
+#[inline(always)]
+fn holder_key(tid: u32, hold_start_ns: u64, mode: u8) -> HolderKey {
+    let id = HoldId {
+        tid,
+        _pad: 0,
+        hold_start_ns,
+    };
+    if let Some(holder) = unsafe { HOLDER_INFO.get(&id) } {
+        return *holder;
+    }
+    count(Counter::HolderStackMissing);
+    HolderKey {
+        kernel_stack: NO_STACK,
+        user_stack: NO_STACK,
+        tid,
+        outside_pid: 0,
+        mode,
+        syscall: 0,
+        fault: 0,
+        _pad: 0,
+    }
+}

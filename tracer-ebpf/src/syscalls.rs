@@ -1,0 +1,95 @@
+//! The mm syscall family (syscalls:sys_{enter,exit}_{mmap,munmap,mprotect,mremap,madvise,brk}):
+//! per-syscall count and time, and the lock wait and hold spent inside each.
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    macros::tracepoint,
+    programs::TracePointContext,
+};
+use tracer_common::{Effects, SyscallState, MM_SYSCALLS};
+
+use crate::{
+    maps::{armed, config, RECENT_FAULT, SYSCALLS_ACTIVE, SYSCALL_TOTALS},
+    target::{is_target_tgid, Locker},
+};
+
+/// Attached to every sys_enter_* of MM_SYSCALLS.
+#[tracepoint]
+pub fn mm_syscall_enter(ctx: TracePointContext) -> u32 {
+    let _ = try_enter(&ctx);
+    0
+}
+
+/// Attached to every sys_exit_* of MM_SYSCALLS.
+#[tracepoint]
+pub fn mm_syscall_exit(_ctx: TracePointContext) -> u32 {
+    let _ = try_exit();
+    0
+}
+
+#[inline(always)]
+fn try_enter(ctx: &TracePointContext) -> Result<(), i64> {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    if !is_target_tgid((pid_tgid >> 32) as u32) || !armed() {
+        return Ok(());
+    }
+    let cfg = config();
+    let nr: i32 = unsafe { ctx.read_at(cfg.syscall_nr_offset as usize) }?;
+    let Some(index) = cfg.syscall_nrs.iter().position(|&n| n == nr) else {
+        return Ok(());
+    };
+    let tid = pid_tgid as u32;
+    let state = SyscallState {
+        index: index as u32,
+        _pad: 0,
+        enter_ns: unsafe { bpf_ktime_get_ns() },
+        lock_wait_ns: 0,
+        lock_hold_ns: 0,
+    };
+    // A lock taken inside this syscall is the syscall's, not a recent fault's.
+    let _ = RECENT_FAULT.remove(&tid);
+    let _ = SYSCALLS_ACTIVE.insert(&tid, &state, 0);
+    Ok(())
+}
+
+#[inline(always)]
+fn try_exit() -> Result<(), i64> {
+    let tid = bpf_get_current_pid_tgid() as u32;
+    let Some(state) = (unsafe { SYSCALLS_ACTIVE.get(&tid) }) else {
+        return Ok(());
+    };
+    let state = *state;
+    let _ = SYSCALLS_ACTIVE.remove(&tid);
+    let index = state.index as usize;
+    if index >= MM_SYSCALLS.len() {
+        return Ok(());
+    }
+    if let Some(totals) = SYSCALL_TOTALS.get_ptr_mut(index as u32) {
+        let totals = unsafe { &mut *totals };
+        totals.count += 1;
+        totals.total_ns += unsafe { bpf_ktime_get_ns() }.wrapping_sub(state.enter_ns);
+        totals.lock_wait_ns += state.lock_wait_ns;
+        totals.lock_hold_ns += state.lock_hold_ns;
+    }
+    Ok(())
+}
+
+/// Adds a lock operation's wait and hold to the target thread's syscall in progress, and
+/// returns 1 + that syscall's index (0 when none): the cause when no stack is taken.
+#[inline(always)]
+pub fn charge(locker: &Locker, fx: &Effects) -> u8 {
+    if locker.outside_pid != 0 {
+        return 0;
+    }
+    let Some(state) = SYSCALLS_ACTIVE.get_ptr_mut(&locker.tid) else {
+        return 0;
+    };
+    let state = unsafe { &mut *state };
+    if let Some((_, ns)) = fx.wait {
+        state.lock_wait_ns += ns;
+    }
+    if let Some((_, ns)) = fx.hold {
+        state.lock_hold_ns += ns;
+    }
+    (state.index as u8).wrapping_add(1)
+}

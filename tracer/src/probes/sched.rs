@@ -1,0 +1,26 @@
+//! Attaching the scheduler family: sched_switch as a BTF tracepoint (holders' off-CPU time).
+
+use anyhow::{anyhow, Result};
+use aya::{programs::BtfTracePoint, Btf, Ebpf};
+
+pub fn attach(ebpf: &mut Ebpf) -> Result<bool> {
+    let btf = match Btf::from_sys_fs() {
+        Ok(btf) => btf,
+        Err(err) => {
+            log::warn!("no kernel BTF for sched_switch ({err}): holders' off-CPU time is left out");
+            return Ok(false);
+        }
+    };
+    let program: &mut BtfTracePoint = ebpf
+        .program_mut("sched_switch")
+        .ok_or_else(|| anyhow!("eBPF object has no program sched_switch"))?
+        .try_into()?;
+    if let Err(err) = program.load("sched_switch", &btf) {
+        log::warn!("cannot load the sched_switch BTF tracepoint ({err}): holders' off-CPU time is left out");
+        return Ok(false);
+    }
+    program
+        .attach()
+        .map_err(|e| super::explain_permission(anyhow!(e), "attaching tp_btf/sched_switch"))?;
+    Ok(true)
+}

@@ -1,0 +1,43 @@
+//! Attaching the mm syscall family (per-syscall totals and syscall causes).
+
+use anyhow::Result;
+use aya::Ebpf;
+use tracer_common::{Config, MM_SYSCALLS};
+
+use crate::system::tracefs::{Tracefs, MM_SYSCALL_TRACEPOINTS};
+
+/// This architecture's numbers for MM_SYSCALLS, in that order.
+const NUMBERS: [libc::c_long; MM_SYSCALLS.len()] = [
+    libc::SYS_mmap,
+    libc::SYS_munmap,
+    libc::SYS_mprotect,
+    libc::SYS_mremap,
+    libc::SYS_madvise,
+    libc::SYS_brk,
+];
+
+pub fn configure(tracefs: &Tracefs, config: &mut Config) -> Result<()> {
+    let (enter, _) = &MM_SYSCALL_TRACEPOINTS[0];
+    if tracefs.has(enter) {
+        config.syscall_nr_offset = tracefs.field_offset(enter, "__syscall_nr", 4)?;
+    }
+    for (slot, nr) in config.syscall_nrs.iter_mut().zip(NUMBERS) {
+        *slot = nr as i32;
+    }
+    Ok(())
+}
+
+pub fn attach(ebpf: &mut Ebpf, tracefs: &Tracefs) -> Result<bool> {
+    let enters: Vec<_> = MM_SYSCALL_TRACEPOINTS
+        .iter()
+        .map(|(enter, _)| *enter)
+        .collect();
+    let exits: Vec<_> = MM_SYSCALL_TRACEPOINTS
+        .iter()
+        .map(|(_, exit)| *exit)
+        .collect();
+    Ok(
+        super::attach_tracepoints(ebpf, tracefs, "mm_syscall_exit", &exits)?
+            && super::attach_tracepoints(ebpf, tracefs, "mm_syscall_enter", &enters)?,
+    )
+}
