@@ -27,7 +27,15 @@ pub fn page_fault_user(_ctx: TracePointContext) -> u32 {
     if is_target_tgid((pid_tgid >> 32) as u32) && armed() {
         add_to(&FAULT_COUNTS, FAULTS_USER, 1);
         let now = unsafe { bpf_ktime_get_ns() } & !COUNTED;
-        let _ = RECENT_FAULT.insert(&(pid_tgid as u32), &now, 0);
+        let tid = pid_tgid as u32;
+        // Every fault of the target passes here: overwrite in place, since an LRU insert
+        // allocates a new element each time.
+        match RECENT_FAULT.get_ptr_mut(&tid) {
+            Some(seen) => unsafe { *seen = now },
+            None => {
+                let _ = RECENT_FAULT.insert(&tid, &now, 0);
+            }
+        }
     }
     0
 }
@@ -56,10 +64,10 @@ pub fn explains_lock(locker: &Locker) -> bool {
     };
     let seen = unsafe { &mut *seen };
     let now = unsafe { bpf_ktime_get_ns() };
-    if now.wrapping_sub(*seen & !COUNTED) > FAULT_LOCK_WINDOW_NS {
+    if *seen == 0 || now.wrapping_sub(*seen & !COUNTED) > FAULT_LOCK_WINDOW_NS {
         return false;
     }
-    if unsafe { SYSCALLS_ACTIVE.get(&locker.tid) }.is_some() {
+    if unsafe { SYSCALLS_ACTIVE.get(&locker.tid) }.is_some_and(|s| s.enter_ns != 0) {
         return false;
     }
     if *seen & COUNTED == 0 {

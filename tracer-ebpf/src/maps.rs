@@ -79,9 +79,10 @@ pub static BLOCKED: PerCpuHashMap<BlockKey, BlockValue> = PerCpuHashMap::with_ma
 #[map]
 pub static SLEEPS: PerCpuHashMap<SleepKey, u64> = PerCpuHashMap::with_max_entries(4096, 0);
 
-/// Threads holding a target's lock (tid -> mm), so that sched_switch finds their state.
+/// Threads holding a target's lock (tid -> mm), so that sched_switch finds their state. A plain
+/// hash: entries live only while a hold does, and LRU inserts cost more on this hot path.
 #[map]
-pub static TID_HOLDING: LruHashMap<u32, u64> = LruHashMap::with_max_entries(16384, 0);
+pub static TID_HOLDING: HashMap<u32, u64> = HashMap::with_max_entries(16384, 0);
 
 /// mm syscalls in progress on target threads.
 #[map]

@@ -47,8 +47,16 @@ fn try_enter(ctx: &TracePointContext) -> Result<(), i64> {
         lock_hold_ns: 0,
     };
     // A lock taken inside this syscall is the syscall's, not a recent fault's.
-    let _ = RECENT_FAULT.remove(&tid);
-    let _ = SYSCALLS_ACTIVE.insert(&tid, &state, 0);
+    if let Some(seen) = RECENT_FAULT.get_ptr_mut(&tid) {
+        unsafe { *seen = 0 };
+    }
+    // Overwrite in place when the thread has an entry: an LRU insert allocates each time.
+    match SYSCALLS_ACTIVE.get_ptr_mut(&tid) {
+        Some(active) => unsafe { *active = state },
+        None => {
+            let _ = SYSCALLS_ACTIVE.insert(&tid, &state, 0);
+        }
+    }
     Ok(())
 }
 
@@ -59,7 +67,13 @@ fn try_exit() -> Result<(), i64> {
         return Ok(());
     };
     let state = *state;
-    let _ = SYSCALLS_ACTIVE.remove(&tid);
+    if state.enter_ns == 0 {
+        return Ok(());
+    }
+    // Mark the entry finished rather than deleting it: the thread's next syscall reuses it.
+    if let Some(active) = SYSCALLS_ACTIVE.get_ptr_mut(&tid) {
+        unsafe { (*active).enter_ns = 0 };
+    }
     let index = state.index as usize;
     if index >= MM_SYSCALLS.len() {
         return Ok(());
@@ -85,6 +99,9 @@ pub fn charge(locker: &Locker, fx: &Effects) -> u8 {
         return 0;
     };
     let state = unsafe { &mut *state };
+    if state.enter_ns == 0 {
+        return 0;
+    }
     if let Some((_, ns)) = fx.wait {
         state.lock_wait_ns += ns;
     }
