@@ -19,10 +19,25 @@ pub struct HolderRef {
     pub hold_start_ns: u64,
 }
 
+/// `hold_start_ns` of a reference to a writer that was still queued when the waiter began:
+/// its hold is found through the writer's last blocking hold (see `LAST_HOLD`).
+pub const QUEUED: u64 = 0;
+/// `hold_start_ns` under which a holder's most recent blocking hold is also kept.
+pub const LAST_HOLD: u64 = u64::MAX;
+
+const NO_REF: HolderRef = HolderRef {
+    tid: 0,
+    blocked: 0,
+    hold_start_ns: 0,
+};
+
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Holders {
     pub writer: HolderRef,
+    /// The oldest writer waiting for the lock: readers arriving behind it wait for its hold too
+    /// (the rwsem queues them after it), the convoy of readers behind a writer behind readers.
+    pub queued_writer: HolderRef,
     pub readers: [HolderRef; MAX_READERS],
     /// Reader holds that found no free slot (their waiters are charged to nobody).
     pub reader_overflow: u64,
@@ -34,8 +49,8 @@ pub struct Holders {
 pub struct Blockers {
     pub refs: [HolderRef; MAX_BLOCKERS],
     pub count: u32,
-    /// Non-zero when the one blocker is a writer; else every blocker is a reader.
-    pub writer: u32,
+    /// Bit i set: refs[i] is a writer (held or queued); else a reader.
+    pub write_mask: u32,
 }
 
 impl Blockers {
@@ -46,24 +61,37 @@ impl Blockers {
             hold_start_ns: 0,
         }; MAX_BLOCKERS],
         count: 0,
-        writer: 0,
+        write_mask: 0,
     };
 }
 
 impl Holders {
     pub const ZERO: Holders = Holders {
-        writer: HolderRef {
-            tid: 0,
-            blocked: 0,
-            hold_start_ns: 0,
-        },
-        readers: [HolderRef {
-            tid: 0,
-            blocked: 0,
-            hold_start_ns: 0,
-        }; MAX_READERS],
+        writer: NO_REF,
+        queued_writer: NO_REF,
+        readers: [NO_REF; MAX_READERS],
         reader_overflow: 0,
     };
+
+    /// A writer begins to wait; only the oldest queued writer is remembered.
+    #[inline(always)]
+    pub fn queue_writer(&mut self, tid: u32) {
+        if self.queued_writer.tid == 0 {
+            self.queued_writer = HolderRef {
+                tid,
+                blocked: 0,
+                hold_start_ns: QUEUED,
+            };
+        }
+    }
+
+    /// A writer stops waiting without the lock (interrupted, or its trylock missed).
+    #[inline(always)]
+    pub fn unqueue_writer(&mut self, tid: u32) {
+        if self.queued_writer.tid == tid {
+            self.queued_writer = NO_REF;
+        }
+    }
 
     /// Records a new hold. Returns false when every reader slot was taken.
     #[inline(always)]
@@ -74,7 +102,15 @@ impl Holders {
             hold_start_ns: now,
         };
         if write {
-            self.writer = hold;
+            // A queued writer that readers waited behind keeps that mark into its hold.
+            let blocked = if self.queued_writer.tid == tid {
+                let blocked = self.queued_writer.blocked;
+                self.queued_writer = NO_REF;
+                blocked
+            } else {
+                0
+            };
+            self.writer = HolderRef { blocked, ..hold };
             return true;
         }
         // Start probing at a slot picked by tid, so that two CPUs adding readers at once
@@ -110,17 +146,25 @@ impl Holders {
         None
     }
 
-    /// The holders a new waiter waits behind: the writer if there is one, else the readers
-    /// (up to MAX_BLOCKERS). Each is marked as having blocked someone.
+    /// The holders a new waiter waits behind: the writer if there is one; else, for a reader,
+    /// the queued writer it will wait for, then the readers (up to MAX_BLOCKERS in all). Each
+    /// is marked as having blocked someone.
     #[inline(always)]
-    pub fn blockers_of(&mut self, waiter_tid: u32) -> Blockers {
+    pub fn blockers_of(&mut self, waiter_tid: u32, waiter_writes: bool) -> Blockers {
         let mut out = Blockers::default();
         if self.writer.tid != 0 && self.writer.tid != waiter_tid {
             self.writer.blocked = 1;
             out.refs[0] = self.writer;
             out.count = 1;
-            out.writer = 1;
+            out.write_mask = 1;
             return out;
+        }
+        let queued = self.queued_writer.tid;
+        if !waiter_writes && queued != 0 && queued != waiter_tid {
+            self.queued_writer.blocked = 1;
+            out.refs[0] = self.queued_writer;
+            out.count = 1;
+            out.write_mask = 1;
         }
         for i in 0..MAX_READERS {
             let slot = &mut self.readers[i];
@@ -143,13 +187,13 @@ mod tests {
     fn writer_blocks_waiters_and_is_marked() {
         let mut h = Holders::default();
         assert!(h.add(true, 10, 100));
-        let b = h.blockers_of(20);
-        assert_eq!((b.count, b.writer), (1, 1));
+        let b = h.blockers_of(20, false);
+        assert_eq!((b.count, b.write_mask), (1, 1));
         assert_eq!((b.refs[0].tid, b.refs[0].hold_start_ns), (10, 100));
         let gone = h.remove(true, 10).unwrap();
         assert_eq!(gone.blocked, 1, "the release knows it blocked someone");
         assert_eq!(h.writer, HolderRef::default());
-        assert_eq!(h.blockers_of(20).count, 0);
+        assert_eq!(h.blockers_of(20, true).count, 0);
     }
 
     #[test]
@@ -160,9 +204,9 @@ mod tests {
         }
         assert!(!h.add(false, 99, 1), "no free slot");
         assert_eq!(h.reader_overflow, 1);
-        let b = h.blockers_of(500);
+        let b = h.blockers_of(500, true);
         assert_eq!(b.count as usize, MAX_BLOCKERS);
-        assert_eq!(b.writer, 0);
+        assert_eq!(b.write_mask, 0);
         assert!(h.remove(false, 99).is_none());
         let r = h.remove(false, 3).unwrap();
         assert_eq!(r.hold_start_ns, 3);
@@ -174,11 +218,41 @@ mod tests {
         let mut h = Holders::default();
         h.add(false, 5, 1);
         h.add(false, 6, 2);
-        let b = h.blockers_of(5);
+        let b = h.blockers_of(5, false);
         assert_eq!(b.count, 1);
         assert_eq!(b.refs[0].tid, 6);
         assert_eq!(h.remove(false, 5).unwrap().blocked, 0);
         assert_eq!(h.remove(false, 6).unwrap().blocked, 1);
+    }
+
+    #[test]
+    fn readers_behind_a_queued_writer_wait_for_it_too() {
+        let mut h = Holders::default();
+        h.add(false, 1, 10);
+        h.queue_writer(2);
+        h.queue_writer(3); // a younger writer: the oldest stays the one readers queue behind
+        let b = h.blockers_of(4, false);
+        assert_eq!((b.count, b.write_mask), (2, 0b01));
+        assert_eq!((b.refs[0].tid, b.refs[0].hold_start_ns), (2, QUEUED));
+        assert_eq!(b.refs[1].tid, 1);
+        // A writer arriving now waits for the holders only.
+        let w = h.blockers_of(5, true);
+        assert_eq!((w.count, w.refs[0].tid), (1, 1));
+        // The queued writer acquires: its hold carries the mark, the queue slot frees.
+        h.remove(false, 1);
+        h.add(true, 2, 20);
+        assert_eq!((h.writer.tid, h.writer.blocked), (2, 1));
+        assert_eq!(h.queued_writer.tid, 0);
+    }
+
+    #[test]
+    fn an_interrupted_writer_leaves_the_queue() {
+        let mut h = Holders::default();
+        h.queue_writer(2);
+        h.unqueue_writer(3);
+        assert_eq!(h.queued_writer.tid, 2);
+        h.unqueue_writer(2);
+        assert_eq!(h.blockers_of(4, false).count, 0);
     }
 
     #[test]

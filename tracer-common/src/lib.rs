@@ -8,7 +8,7 @@
 pub mod holders;
 pub mod lock_state;
 
-pub use holders::{Blockers, HolderRef, Holders, MAX_BLOCKERS, MAX_READERS};
+pub use holders::{Blockers, HolderRef, Holders, LAST_HOLD, MAX_BLOCKERS, MAX_READERS, QUEUED};
 pub use lock_state::{
     Effects, LockEvent, LockState, OffCpu, MISS_CONTINUATION_NS, OFF_RUNNABLE, OFF_SLEEPING,
     OFF_UNINTERRUPTIBLE,

@@ -4,7 +4,7 @@
 
 use tracer_common::{
     AggKey, BlockKey, BlockValue, Blockers, Counter, HoldId, HolderKey, Holders, LockState,
-    MAX_BLOCKERS, MODE_READ, MODE_WRITE, NO_STACK,
+    LAST_HOLD, MAX_BLOCKERS, MODE_READ, MODE_WRITE, NO_STACK, QUEUED,
 };
 
 use crate::maps::{count, slot_of, BLOCKED, FULL_BLOCKED, HOLDERS, HOLDER_INFO};
@@ -26,12 +26,25 @@ fn holders_of(mm: u64) -> Option<&'static mut Holders> {
     HOLDERS.get_ptr_mut(&mm).map(|h| unsafe { &mut *h })
 }
 
-/// The holders a wait beginning now waits behind (marking them as blocking).
+/// A wait begins: returns the holders it waits behind (marking them as blocking), and queues a
+/// writer so that readers arriving after it are charged to it too.
 #[inline(always)]
-pub fn holders_now(mm: u64, waiter_tid: u32) -> Blockers {
-    match holders_of(mm) {
-        Some(holders) => holders.blockers_of(waiter_tid),
-        None => Blockers::ZERO,
+pub fn begin_wait(mm: u64, waiter_tid: u32, write: bool) -> Blockers {
+    let Some(holders) = holders_of(mm) else {
+        return Blockers::ZERO;
+    };
+    let blockers = holders.blockers_of(waiter_tid, write);
+    if write {
+        holders.queue_writer(waiter_tid);
+    }
+    blockers
+}
+
+/// A writer's wait ended without the lock (interrupted, or a failed trylock).
+#[inline(always)]
+pub fn abandon_wait(mm: u64, waiter_tid: u32) {
+    if let Some(holders) = holders_of(mm) {
+        holders.unqueue_writer(waiter_tid);
     }
 }
 
@@ -75,17 +88,23 @@ pub fn charge(waiter: &AggKey, blockers: &Blockers, wait_ns: u64) {
         return;
     }
     let share = wait_ns / n as u64;
-    let mode = if blockers.writer != 0 {
-        MODE_WRITE
-    } else {
-        MODE_READ
-    };
     for i in 0..MAX_BLOCKERS {
         if i >= n {
             break;
         }
         let r = blockers.refs[i];
-        let holder = holder_key(r.tid, r.hold_start_ns, mode);
+        let mode = if blockers.write_mask & (1 << i) != 0 {
+            MODE_WRITE
+        } else {
+            MODE_READ
+        };
+        // A writer that was still queued is found through its latest blocking hold.
+        let hold_start = if r.hold_start_ns == QUEUED {
+            LAST_HOLD
+        } else {
+            r.hold_start_ns
+        };
+        let holder = holder_key(r.tid, hold_start, mode);
         let key = BlockKey {
             waiter: *waiter,
             holder,

@@ -12,8 +12,8 @@ use aya_ebpf::{
 };
 use tracer_common::{
     totals_index, AggKey, AggValue, Counter, Effects, HoldId, HolderKey, LockEvent, LockState,
-    ModeTotals, SleepKey, StateKey, TracepointFields, KIND_HOLD, KIND_WAIT, MODE_READ, MODE_WRITE,
-    NO_STACK,
+    ModeTotals, SleepKey, StateKey, TracepointFields, KIND_HOLD, KIND_WAIT, LAST_HOLD, MODE_READ,
+    MODE_WRITE, NO_STACK,
 };
 
 use crate::{
@@ -93,15 +93,22 @@ fn on_lock_event(ctx: &TracePointContext, hook: Hook) -> Result<(), i64> {
     let is_start = matches!(event, LockEvent::StartLocking { .. });
     let faulting = is_start && faults::explains_lock(&locker);
     let (held_since, held_mode) = (st.hold_start_ns, st.hold_mode);
+    let waiting_for_write = st.wait_start_ns != 0 && st.wait_mode == MODE_WRITE;
     let now = unsafe { bpf_ktime_get_ns() };
     let effects = st.step(event, now);
 
     if is_start && st.wait_start_ns == now {
         // A new wait (not the fault path's lock after its failed trylock): note its holders.
         st.fault = faulting as u8;
-        st.blockers = blockers::holders_now(mm, locker.tid);
+        st.blockers = blockers::begin_wait(mm, locker.tid, st.wait_mode == MODE_WRITE);
     } else if faulting {
         st.fault = 1;
+    }
+    // A writer whose wait ended without the lock (interrupted, trylock missed) leaves the queue.
+    // Plain field tests rather than matching the Option effects: LLVM packs those into code
+    // the verifier rejects here.
+    if waiting_for_write && st.wait_start_ns == 0 && st.hold_start_ns != now {
+        blockers::abandon_wait(mm, locker.tid);
     }
     let ended = blockers::track_holders(mm, locker.tid, held_since, held_mode, st);
     track_holding_thread(locker.tid, mm, held_since != 0, st.hold_start_ns != 0);
@@ -239,7 +246,15 @@ fn remember_holder(locker: &Locker, hold: &AggKey, hold_start_ns: u64) {
         fault: hold.fault,
         _pad: 0,
     };
-    if HOLDER_INFO.insert(&id, &holder, 0).is_err() {
+    // Also as the thread's latest blocking hold, for readers that queued behind it while it
+    // was still waiting (they could not know its hold_start).
+    let latest = HoldId {
+        hold_start_ns: LAST_HOLD,
+        ..id
+    };
+    if HOLDER_INFO.insert(&id, &holder, 0).is_err()
+        || HOLDER_INFO.insert(&latest, &holder, 0).is_err()
+    {
         count(Counter::HolderStackMissing);
     }
 }
