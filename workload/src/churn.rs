@@ -3,20 +3,22 @@
 //! the first fault on every fresh anonymous VMA falls back from the per-VMA lock to mmap_lock,
 //! so the workers queue behind each other and adding threads makes each iteration slower.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
+use std::hint::black_box;
 use std::io::Write;
 use std::os::fd::AsFd;
-use std::path::{Path, PathBuf};
-use std::process;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::thread::{self, Scope, ScopedJoinHandle};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::{self, Scope};
+use std::time::Instant;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{Context, Result};
 
 use crate::cli::{ChurnArgs, Source};
 use crate::emit;
+use crate::fileio;
 use crate::memory::{self, Backing, Region};
+use crate::threads::{join_named, spawn_named, Handle};
 
 /// When a worker stops.
 #[derive(Debug, Clone, Copy)]
@@ -38,11 +40,33 @@ impl Budget {
 
 /// What every worker does each iteration.
 #[derive(Debug, Clone, Copy)]
-struct ChurnJob<'fd> {
+pub struct ChurnJob<'fd> {
     backing: Backing<'fd>,
     map_size: usize,
     page_size: usize,
     budget: Budget,
+}
+
+impl ChurnJob<'static> {
+    /// Anonymous map/touch/unmap of `map_size` bytes until `deadline`: the churn other modes
+    /// run as writers queueing on mmap_lock.
+    pub fn anonymous_until(map_size: usize, deadline: Instant) -> Result<Self> {
+        Ok(Self {
+            backing: Backing::Anonymous,
+            map_size,
+            page_size: memory::page_size()?,
+            budget: Budget::Until(deadline),
+        })
+    }
+}
+
+/// Threads beside the workers that only add pressure, running until the workers are done.
+#[derive(Debug, Clone, Copy)]
+struct Pressure {
+    /// The MAP_POPULATE writer's mapping size, when there is a writer.
+    writer_size: Option<usize>,
+    /// CPU hogs.
+    hogs: u32,
 }
 
 /// Iteration counts of one run.
@@ -71,49 +95,61 @@ pub fn run(args: &ChurnArgs, out: &mut dyn Write) -> Result<()> {
             None => Budget::Until(started + args.seconds),
         },
     };
-    let writer_size = args.writer.then_some(args.writer_size);
-    let counts = run_threads(job, args.threads, writer_size)?;
+    let pressure = Pressure {
+        writer_size: args.writer.then_some(args.writer_size),
+        hogs: args.hogs,
+    };
+    let counts = run_threads(job, args.threads, pressure)?;
     let elapsed = started.elapsed();
     emit(
         out,
         format_args!(
-            "iterations={} writer_iterations={} elapsed_ns={}",
+            "iterations={} writer_iterations={} elapsed_ns={} hogs={}",
             counts.per_worker.iter().sum::<u64>(),
             counts.writer,
-            elapsed.as_nanos()
+            elapsed.as_nanos(),
+            args.hogs
         ),
     )
 }
 
-/// Runs the workers (and the writer, when `writer_size` is given) to the end of the budget.
+/// Runs the workers, plus the pressure threads, to the end of the budget.
 ///
 /// A failing thread raises `stop` so the others end early too; the first error is returned once
 /// every thread has been joined.
-fn run_threads(job: ChurnJob<'_>, threads: u32, writer_size: Option<usize>) -> Result<Counts> {
+fn run_threads(job: ChurnJob<'_>, threads: u32, pressure: Pressure) -> Result<Counts> {
     let stop = AtomicBool::new(false);
     thread::scope(|scope| {
-        let spawned = spawn_all(scope, job, threads, writer_size, &stop);
-        let (workers, writer) = spawned.inspect_err(|_| stop.store(true, Ordering::Relaxed))?;
-        let per_worker: Vec<Result<u64>> = workers.into_iter().map(join_counted).collect();
-        // The writer only adds pressure: it runs until the workers are done.
+        let spawned = spawn_all(scope, job, threads, pressure, &stop);
+        let spawned = spawned.inspect_err(|_| stop.store(true, Ordering::Relaxed))?;
+        let per_worker: Vec<Result<u64>> = spawned.workers.into_iter().map(join_named).collect();
+        // The pressure threads run until the workers are done.
         stop.store(true, Ordering::Relaxed);
-        let writer = writer.map(join_counted).transpose();
-        Ok(Counts {
+        let writer = spawned.writer.map(join_named).transpose();
+        let hogs: Result<Vec<u64>> = spawned.hogs.into_iter().map(join_named).collect();
+        let counts = Counts {
             per_worker: per_worker.into_iter().collect::<Result<_>>()?,
             writer: writer?.unwrap_or(0),
-        })
+        };
+        hogs?;
+        Ok(counts)
     })
 }
 
-type Handle<'scope> = ScopedJoinHandle<'scope, Result<u64>>;
+/// The running threads of one churn run.
+struct Spawned<'scope> {
+    workers: Vec<Handle<'scope, u64>>,
+    writer: Option<Handle<'scope, u64>>,
+    hogs: Vec<Handle<'scope, u64>>,
+}
 
 fn spawn_all<'scope, 'env>(
     scope: &'scope Scope<'scope, 'env>,
     job: ChurnJob<'env>,
     threads: u32,
-    writer_size: Option<usize>,
+    pressure: Pressure,
     stop: &'env AtomicBool,
-) -> Result<(Vec<Handle<'scope>>, Option<Handle<'scope>>)> {
+) -> Result<Spawned<'scope>> {
     let workers = (0..threads)
         .map(|index| {
             spawn_named(scope, format!("churn-{index}"), move || {
@@ -121,38 +157,23 @@ fn spawn_all<'scope, 'env>(
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    let writer = writer_size
+    let writer = pressure
+        .writer_size
         .map(|size| spawn_named(scope, "writer".to_owned(), move || writer_loop(size, stop)))
         .transpose()?;
-    Ok((workers, writer))
-}
-
-/// Spawns a scoped thread named `name` (the name shows up as the thread's comm in traces).
-fn spawn_named<'scope, 'env, F>(
-    scope: &'scope Scope<'scope, 'env>,
-    name: String,
-    body: F,
-) -> Result<Handle<'scope>>
-where
-    F: FnOnce() -> Result<u64> + Send + 'scope,
-{
-    thread::Builder::new()
-        .name(name.clone())
-        .spawn_scoped(scope, body)
-        .with_context(|| format!("spawning thread {name}"))
-}
-
-fn join_counted(handle: Handle<'_>) -> Result<u64> {
-    let name = handle.thread().name().unwrap_or("unnamed").to_owned();
-    handle
-        .join()
-        .map_err(|_| anyhow!("thread {name} panicked"))?
-        .with_context(|| format!("thread {name}"))
+    let hogs = (0..pressure.hogs)
+        .map(|index| spawn_named(scope, format!("hog-{index}"), move || Ok(burn_cpu(stop))))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Spawned {
+        workers,
+        writer,
+        hogs,
+    })
 }
 
 /// One worker: map, fault in, unmap until the budget runs out or another thread fails.
 #[inline(never)]
-fn churn_worker(job: ChurnJob<'_>, stop: &AtomicBool) -> Result<u64> {
+pub fn churn_worker(job: ChurnJob<'_>, stop: &AtomicBool) -> Result<u64> {
     let mut done = 0;
     while job.budget.allows(done) && !stop.load(Ordering::Relaxed) {
         if let Err(error) = churn_once(&job) {
@@ -209,10 +230,30 @@ fn populate_writer(size: usize) -> Result<Region> {
     memory::map_populated(size)
 }
 
+/// A CPU hog: spins until `stop`, returning the number of spins.
+///
+/// With more runnable threads than CPUs the scheduler preempts threads wherever they are,
+/// including workers inside mmap_lock (lock-holder preemption): every thread queued on the lock
+/// then waits for a holder that is not even running.
+#[inline(never)]
+fn burn_cpu(stop: &AtomicBool) -> u64 {
+    // Checking the flag only now and then keeps the loop almost pure arithmetic.
+    const SPINS_PER_CHECK: u64 = 1000;
+    let mut spins = 0u64;
+    loop {
+        for _ in 0..SPINS_PER_CHECK {
+            spins = black_box(spins.wrapping_add(1));
+        }
+        if stop.load(Ordering::Relaxed) {
+            return spins;
+        }
+    }
+}
+
 /// Creates the file the `file` source maps: `len` bytes in the temp directory under a unique
 /// name.
 fn create_backing_file(len: usize) -> Result<File> {
-    create_unlinked_file(&unique_temp_path(), len)
+    create_unlinked_file(&fileio::unique_path(&std::env::temp_dir(), "map"), len)
 }
 
 /// Creates a sparse file of `len` bytes at `path` and removes the name at once: the open
@@ -220,30 +261,12 @@ fn create_backing_file(len: usize) -> Result<File> {
 /// test kills the process. (Reading a hole still allocates a page-cache page on the first
 /// fault, which is all the workload needs.)
 fn create_unlinked_file(path: &Path, len: usize) -> Result<File> {
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(path)
-        .with_context(|| format!("creating {}", path.display()))?;
+    let file = fileio::create_new(path)?;
     fs::remove_file(path).with_context(|| format!("removing {}", path.display()))?;
     let len = u64::try_from(len).context("map size does not fit in a file length")?;
     file.set_len(len)
         .with_context(|| format!("extending {} to {len} bytes", path.display()))?;
     Ok(file)
-}
-
-/// A path no other run (nor another call in this process) uses.
-fn unique_temp_path() -> PathBuf {
-    static CREATED: AtomicU64 = AtomicU64::new(0);
-    let serial = CREATED.fetch_add(1, Ordering::Relaxed);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |since_epoch| since_epoch.as_nanos());
-    std::env::temp_dir().join(format!(
-        "mmapsem-workload-{}-{nanos}-{serial}.map",
-        process::id()
-    ))
 }
 
 #[cfg(test)]
@@ -262,6 +285,7 @@ mod tests {
             source,
             writer: false,
             writer_size: 1 << 20,
+            hogs: 0,
         }
     }
 
@@ -281,6 +305,31 @@ mod tests {
         assert_eq!(field(&line, "iterations"), 4);
         assert_eq!(field(&line, "writer_iterations"), 0);
         assert!(field(&line, "elapsed_ns") > 0);
+        assert!(line.ends_with(" hogs=0"), "{line}");
+    }
+
+    #[test]
+    fn hogs_spin_beside_the_workers_and_are_reported_last() {
+        let mut args = args(Source::Anon);
+        args.hogs = 3;
+        let line = summary(&args);
+        assert_eq!(field(&line, "iterations"), 4);
+        assert!(line.ends_with(" hogs=3"), "{line}");
+    }
+
+    #[test]
+    fn a_hog_checks_the_stop_flag_between_batches() {
+        // Already stopped: exactly one batch of spins, then it returns.
+        assert_eq!(burn_cpu(&AtomicBool::new(true)), 1000);
+        let stop = AtomicBool::new(false);
+        let spins = thread::scope(|scope| {
+            let hog = scope.spawn(|| burn_cpu(&stop));
+            thread::sleep(std::time::Duration::from_millis(20));
+            stop.store(true, Ordering::Relaxed);
+            hog.join().expect("hog joins")
+        });
+        // It stopped (the join returned), at a batch boundary.
+        assert_eq!(spins % 1000, 0, "{spins}");
     }
 
     #[test]
@@ -338,8 +387,7 @@ mod tests {
 
     #[test]
     fn backing_file_is_sized_and_leaves_no_name_behind() {
-        let path = unique_temp_path();
-        assert_ne!(path, unique_temp_path());
+        let path = fileio::unique_path(&std::env::temp_dir(), "map");
         let file = create_unlinked_file(&path, 12345).expect("temp file");
         assert_eq!(file.metadata().expect("metadata").len(), 12345);
         assert!(!path.exists(), "{} still exists", path.display());

@@ -1,5 +1,6 @@
 //! Command line: global start gating plus one subcommand per workload mode.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -38,6 +39,14 @@ pub enum Mode {
     Hold(HoldArgs),
     /// Threads that only sleep, then exit.
     Idle(IdleArgs),
+    /// Threads reading a set of files over and over, with pread() or through mmap().
+    Files(FilesArgs),
+    /// Map a file without touching it (for proc-mem-read to fault in), while threads churn
+    /// anonymous mappings.
+    Filemap(FilemapArgs),
+    /// From outside, read another process's memory through /proc/<pid>/mem after dropping the
+    /// file behind it from the page cache.
+    ProcMemRead(ProcMemReadArgs),
 }
 
 #[derive(Debug, Args)]
@@ -69,6 +78,11 @@ pub struct ChurnArgs {
     /// Size of the writer thread's mappings (binary suffixes allowed).
     #[arg(long, value_name = "BYTES", default_value = "64M", value_parser = parse_size, requires = "writer")]
     pub writer_size: usize,
+
+    /// Extra threads that only burn CPU until the workers finish, so lock holders get
+    /// preempted.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub hogs: u32,
 }
 
 /// What backs the churn workers' mappings.
@@ -93,6 +107,10 @@ pub struct HoldArgs {
     /// Sleep before each mprotect() call, in milliseconds.
     #[arg(long, default_value_t = 50)]
     pub gap_ms: u64,
+
+    /// Threads calling mincore() (a read of mmap_lock) in a loop while the mprotect() calls run.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub readers: u32,
 }
 
 #[derive(Debug, Args)]
@@ -104,6 +122,111 @@ pub struct IdleArgs {
     /// Number of sleeping threads besides the main one.
     #[arg(long, default_value_t = 2)]
     pub threads: u32,
+}
+
+#[derive(Debug, Args)]
+pub struct FilesArgs {
+    /// How each file is read.
+    #[arg(long, value_enum)]
+    pub method: ReadMethod,
+
+    /// Number of reading threads.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
+    pub threads: u32,
+
+    /// Number of files.
+    #[arg(long, value_name = "K", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
+    pub files: u32,
+
+    /// Size of each file (binary suffixes allowed).
+    #[arg(long, value_name = "BYTES", default_value = "4M", value_parser = parse_size)]
+    pub file_size: usize,
+
+    /// Wall time to run for.
+    #[arg(long, value_name = "SECS", default_value = "3", value_parser = parse_seconds)]
+    pub seconds: Duration,
+
+    /// Directory in which a fresh subdirectory holds the files while the mode runs.
+    #[arg(long, value_name = "PATH", default_value_os_t = std::env::temp_dir())]
+    pub dir: PathBuf,
+}
+
+/// How the `files` mode reads a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ReadMethod {
+    /// pread() into a buffer: no mmap_lock once the buffer is faulted in.
+    Pread,
+    /// mmap(), read one byte per page, munmap(): two write locks per file.
+    Mmap,
+}
+
+#[derive(Debug, Args)]
+pub struct FilemapArgs {
+    /// Size of the mapped file (binary suffixes allowed).
+    #[arg(long, value_name = "BYTES", default_value = "64M", value_parser = parse_size)]
+    pub file_size: usize,
+
+    /// Directory to create the file in.
+    #[arg(long, value_name = "PATH", default_value_os_t = std::env::temp_dir())]
+    pub dir: PathBuf,
+
+    /// Number of threads churning anonymous mappings.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
+    pub threads: u32,
+
+    /// Wall time to churn for.
+    #[arg(long, value_name = "SECS", default_value = "5", value_parser = parse_seconds)]
+    pub seconds: Duration,
+
+    /// Size of each churned mapping (binary suffixes allowed).
+    #[arg(long, value_name = "BYTES", default_value = "1M", value_parser = parse_size)]
+    pub map_size: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct ProcMemReadArgs {
+    /// The process whose memory is read.
+    #[arg(long, value_parser = clap::value_parser!(i32).range(1..))]
+    pub pid: i32,
+
+    /// Start address in that process, in hex (`0x...`) or decimal.
+    #[arg(long, value_name = "ADDRESS", value_parser = parse_address)]
+    pub addr: u64,
+
+    /// Number of bytes to read (binary suffixes allowed).
+    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    pub len: usize,
+
+    /// The file mapped at that address, dropped from the page cache before each round.
+    #[arg(long, value_name = "PATH")]
+    pub file: PathBuf,
+
+    /// Number of rounds.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    pub rounds: u32,
+
+    /// Bytes per pread() of /proc/<pid>/mem (binary suffixes allowed).
+    #[arg(long, value_name = "BYTES", default_value = "1M", value_parser = parse_size)]
+    pub chunk: usize,
+}
+
+/// Parses an address: `0x` followed by hex digits, or decimal digits (no sign).
+pub fn parse_address(text: &str) -> Result<u64, String> {
+    let trimmed = text.trim();
+    let (digits, radix) = match trimmed
+        .strip_prefix("0x")
+        .or_else(|| trimmed.strip_prefix("0X"))
+    {
+        Some(hex) => (hex, 16),
+        None => (trimmed, 10),
+    };
+    // from_str_radix alone would also take a leading `+`.
+    if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
+        return Err(format!(
+            "`{text}` is not an address (use 0x<hex> or decimal)"
+        ));
+    }
+    u64::from_str_radix(digits, radix).map_err(|_| format!("`{text}` is too large"))
 }
 
 /// Parses a non-negative, finite number of seconds such as `5`, `0.25` or `1e-3`.
@@ -211,6 +334,7 @@ mod tests {
         assert_eq!(args.source, Source::Anon);
         assert!(!args.writer);
         assert_eq!(args.writer_size, 64 * MIB);
+        assert_eq!(args.hogs, 0);
     }
 
     #[test]
@@ -233,6 +357,8 @@ mod tests {
             "--writer",
             "--writer-size",
             "16M",
+            "--hogs",
+            "3",
         ])
         .expect("all options parse");
         assert_eq!(cli.start_delay, Duration::from_millis(1500));
@@ -247,6 +373,7 @@ mod tests {
         assert_eq!(args.source, Source::File);
         assert!(args.writer);
         assert_eq!(args.writer_size, 16 * MIB);
+        assert_eq!(args.hogs, 3);
     }
 
     #[test]
@@ -264,6 +391,8 @@ mod tests {
         assert!(parse(&["churn", "--map-size", "4X"]).is_err());
         assert!(parse(&["churn", "--source", "stdin"]).is_err());
         assert!(parse(&["churn", "--seconds", "-1"]).is_err());
+        assert!(parse(&["churn", "--hogs", "-1"]).is_err());
+        assert!(parse(&["churn", "--hogs"]).is_err());
         // A writer size without a writer is a mistake, not a silent no-op.
         assert!(parse(&["churn", "--writer-size", "1M"]).is_err());
         assert!(parse(&["--start-delay", "-0.1", "churn"]).is_err());
@@ -274,16 +403,206 @@ mod tests {
         let Mode::Hold(args) = parse(&["hold"]).expect("parses").mode else {
             panic!("expected hold");
         };
-        assert_eq!((args.size_mib, args.repeat, args.gap_ms), (512, 3, 50));
+        assert_eq!(
+            (args.size_mib, args.repeat, args.gap_ms, args.readers),
+            (512, 3, 50, 0)
+        );
 
-        let cli = parse(&["hold", "--size-mib", "8", "--repeat", "2", "--gap-ms", "0"]);
+        let cli = parse(&[
+            "hold",
+            "--size-mib",
+            "8",
+            "--repeat",
+            "2",
+            "--gap-ms",
+            "0",
+            "--readers",
+            "4",
+        ]);
         let Mode::Hold(args) = cli.expect("parses").mode else {
             panic!("expected hold");
         };
-        assert_eq!((args.size_mib, args.repeat, args.gap_ms), (8, 2, 0));
+        assert_eq!(
+            (args.size_mib, args.repeat, args.gap_ms, args.readers),
+            (8, 2, 0, 4)
+        );
 
         assert!(parse(&["hold", "--size-mib", "0"]).is_err());
         assert!(parse(&["hold", "--repeat", "0"]).is_err());
+        assert!(parse(&["hold", "--readers", "many"]).is_err());
+    }
+
+    #[test]
+    fn files_needs_a_method_and_has_defaults() {
+        assert!(parse(&["files"]).is_err());
+        assert!(parse(&["files", "--method", "read"]).is_err());
+        let Mode::Files(args) = parse(&["files", "--method", "pread"]).expect("parses").mode else {
+            panic!("expected files");
+        };
+        assert_eq!(args.method, ReadMethod::Pread);
+        assert_eq!((args.threads, args.files), (4, 8));
+        assert_eq!(args.file_size, 4 * MIB);
+        assert_eq!(args.seconds, Duration::from_secs(3));
+        assert_eq!(args.dir, std::env::temp_dir());
+    }
+
+    #[test]
+    fn files_with_every_option() {
+        let cli = parse(&[
+            "files",
+            "--method",
+            "mmap",
+            "--threads",
+            "1",
+            "--files",
+            "2",
+            "--file-size",
+            "64K",
+            "--seconds",
+            "0.5",
+            "--dir",
+            "/var/tmp",
+        ]);
+        let Mode::Files(args) = cli.expect("parses").mode else {
+            panic!("expected files");
+        };
+        assert_eq!(args.method, ReadMethod::Mmap);
+        assert_eq!((args.threads, args.files), (1, 2));
+        assert_eq!(args.file_size, 64 * 1024);
+        assert_eq!(args.seconds, Duration::from_millis(500));
+        assert_eq!(args.dir, PathBuf::from("/var/tmp"));
+
+        for bad in [["--threads", "0"], ["--files", "0"], ["--file-size", "0"]] {
+            let mut args = vec!["files", "--method", "mmap"];
+            args.extend(bad);
+            assert!(parse(&args).is_err(), "{args:?}");
+        }
+    }
+
+    #[test]
+    fn filemap_defaults_and_options() {
+        let Mode::Filemap(args) = parse(&["filemap"]).expect("parses").mode else {
+            panic!("expected filemap");
+        };
+        assert_eq!((args.file_size, args.map_size), (64 * MIB, MIB));
+        assert_eq!((args.threads, args.seconds), (2, Duration::from_secs(5)));
+        assert_eq!(args.dir, std::env::temp_dir());
+
+        let cli = parse(&[
+            "--wait-signal",
+            "filemap",
+            "--file-size",
+            "1G",
+            "--dir",
+            "/var/tmp",
+            "--threads",
+            "3",
+            "--seconds",
+            "0.25",
+            "--map-size",
+            "64K",
+        ]);
+        let cli = cli.expect("parses");
+        assert!(cli.wait_signal);
+        let Mode::Filemap(args) = cli.mode else {
+            panic!("expected filemap");
+        };
+        assert_eq!((args.file_size, args.map_size), (1024 * MIB, 64 * 1024));
+        assert_eq!(
+            (args.threads, args.seconds),
+            (3, Duration::from_millis(250))
+        );
+        assert_eq!(args.dir, PathBuf::from("/var/tmp"));
+
+        assert!(parse(&["filemap", "--threads", "0"]).is_err());
+        assert!(parse(&["filemap", "--map-size", "0"]).is_err());
+    }
+
+    const PROC_MEM_READ_REQUIRED: [(&str, &str); 4] = [
+        ("--pid", "42"),
+        ("--addr", "0x7f0000001000"),
+        ("--len", "64M"),
+        ("--file", "/tmp/f"),
+    ];
+
+    /// proc-mem-read with the required options, `changes` replacing or adding some.
+    fn proc_mem_read(changes: &[(&'static str, &'static str)]) -> ProcMemReadArgs {
+        try_proc_mem_read(changes).expect("parses")
+    }
+
+    fn try_proc_mem_read(
+        changes: &[(&'static str, &'static str)],
+    ) -> Result<ProcMemReadArgs, clap::Error> {
+        let mut options = PROC_MEM_READ_REQUIRED.to_vec();
+        for &(flag, value) in changes {
+            match options.iter_mut().find(|(known, _)| *known == flag) {
+                Some(option) => option.1 = value,
+                None => options.push((flag, value)),
+            }
+        }
+        let args: Vec<&str> = std::iter::once("proc-mem-read")
+            .chain(options.iter().flat_map(|&(flag, value)| [flag, value]))
+            .collect();
+        match parse(&args)?.mode {
+            Mode::ProcMemRead(args) => Ok(args),
+            other => panic!("expected proc-mem-read, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn proc_mem_read_needs_its_target_and_has_defaults() {
+        let args = proc_mem_read(&[]);
+        assert_eq!(args.pid, 42);
+        assert_eq!(args.addr, 0x7f00_0000_1000);
+        assert_eq!(args.len, 64 * MIB);
+        assert_eq!(args.file, PathBuf::from("/tmp/f"));
+        assert_eq!((args.rounds, args.chunk), (3, MIB));
+
+        // Each required option, left out, is an error.
+        for (flag, _) in PROC_MEM_READ_REQUIRED {
+            let partial: Vec<&str> = std::iter::once("proc-mem-read")
+                .chain(
+                    PROC_MEM_READ_REQUIRED
+                        .iter()
+                        .filter(|(other, _)| *other != flag)
+                        .flat_map(|&(flag, value)| [flag, value]),
+                )
+                .collect();
+            assert!(parse(&partial).is_err(), "{partial:?}");
+        }
+    }
+
+    #[test]
+    fn proc_mem_read_with_every_option() {
+        let args = proc_mem_read(&[("--rounds", "1"), ("--chunk", "4K"), ("--addr", "4096")]);
+        assert_eq!((args.rounds, args.chunk, args.addr), (1, 4096, 4096));
+        assert_eq!(proc_mem_read(&[("--len", "12345")]).len, 12345);
+
+        for bad in [
+            ("--rounds", "0"),
+            ("--chunk", "0"),
+            ("--pid", "0"),
+            ("--pid", "-1"),
+            ("--len", "0"),
+            ("--addr", "7f00"),
+        ] {
+            assert!(try_proc_mem_read(&[bad]).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn addresses_are_hex_with_0x_or_decimal() {
+        assert_eq!(parse_address("0x7fd2db800000"), Ok(0x7fd2_db80_0000));
+        assert_eq!(parse_address("0X1F"), Ok(31));
+        assert_eq!(parse_address("4096"), Ok(4096));
+        assert_eq!(parse_address(" 0x10 "), Ok(16));
+        assert!(parse_address("7fd2db800000").is_err());
+        assert!(parse_address("0x").is_err());
+        assert!(parse_address("0x+10").is_err());
+        assert!(parse_address("+10").is_err());
+        assert!(parse_address("-1").is_err());
+        assert!(parse_address("0x1_000").is_err());
+        assert!(parse_address("0x10000000000000000").is_err());
     }
 
     #[test]
@@ -308,5 +627,6 @@ mod tests {
         assert!(parse(&[]).is_err());
         assert!(parse(&["--wait-signal"]).is_err());
         assert!(parse(&["spin"]).is_err());
+        assert!(parse(&["proc_mem_read"]).is_err());
     }
 }

@@ -4,9 +4,14 @@
 //! region of 4 KiB pages one call is one long write hold. Each call's own duration, measured on
 //! CLOCK_MONOTONIC right around it, is printed so tests can compare it with the longest write
 //! hold the tracer measured: the syscall's duration bounds the hold from above.
+//!
+//! With `--readers`, threads call mincore() (a read of mmap_lock) in a tight loop across all the
+//! mprotect() calls: readers that arrive while the writer holds the lock queue behind it, and the
+//! writer queues behind the readers inside.
 
 use std::io::Write;
-use std::thread;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::thread::{self, Scope};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -14,6 +19,10 @@ use anyhow::{bail, Context, Result};
 use crate::cli::HoldArgs;
 use crate::emit;
 use crate::memory::{self, Backing, Region};
+use crate::threads::{join_named, spawn_named, Handle};
+
+/// Pages of each reader's region: a small walk, so each read hold is short.
+const READER_PAGES: usize = 16;
 
 pub fn run(args: &HoldArgs, out: &mut dyn Write) -> Result<()> {
     let region = populate_region(args.size_mib)?;
@@ -25,17 +34,87 @@ pub fn run(args: &HoldArgs, out: &mut dyn Write) -> Result<()> {
             region.populate_time.as_nanos()
         ),
     )?;
+    let (longest, reader_calls) = hold_beside_readers(&region.region, args, out)?;
+    emit(out, format_args!("reader_calls={reader_calls}"))?;
+    emit(out, format_args!("max_mprotect_ns={longest}"))?;
+    memory::unmap_region(region.region)
+}
+
+/// Starts the readers, runs the timed mprotect() calls, then stops the readers. Returns the
+/// longest call's duration and the readers' total number of mincore() calls.
+fn hold_beside_readers(
+    region: &Region,
+    args: &HoldArgs,
+    out: &mut dyn Write,
+) -> Result<(u64, u64)> {
+    let stop = AtomicBool::new(false);
+    let running = AtomicU32::new(0);
+    thread::scope(|scope| {
+        let readers = spawn_readers(scope, args.readers, &running, &stop)
+            .inspect_err(|_| stop.store(true, Ordering::Relaxed))?;
+        wait_for_readers(args.readers, &running, &stop);
+        let longest = hold_rounds(region, args, out);
+        stop.store(true, Ordering::Relaxed);
+        let reader_calls = readers.into_iter().map(join_named).sum::<Result<u64>>();
+        Ok((longest?, reader_calls?))
+    })
+}
+
+/// The timed mprotect() calls, each printed; returns the longest.
+fn hold_rounds(region: &Region, args: &HoldArgs, out: &mut dyn Write) -> Result<u64> {
     let gap = Duration::from_millis(args.gap_ms);
     let mut longest = 0;
     for round in 0..args.repeat {
         // The gap also separates the first hold from the faults of populate_region.
         thread::sleep(gap);
-        let held_ns = hold_write_lock(&region.region, protection_for_round(round))?;
+        let held_ns = hold_write_lock(region, protection_for_round(round))?;
         emit(out, format_args!("mprotect_ns={held_ns}"))?;
         longest = longest.max(held_ns);
     }
-    emit(out, format_args!("max_mprotect_ns={longest}"))?;
-    memory::unmap_region(region.region)
+    Ok(longest)
+}
+
+fn spawn_readers<'scope, 'env>(
+    scope: &'scope Scope<'scope, 'env>,
+    readers: u32,
+    running: &'env AtomicU32,
+    stop: &'env AtomicBool,
+) -> Result<Vec<Handle<'scope, u64>>> {
+    (0..readers)
+        .map(|index| {
+            spawn_named(scope, format!("reader-{index}"), move || {
+                read_lock_loop(running, stop).inspect_err(|_| stop.store(true, Ordering::Relaxed))
+            })
+        })
+        .collect()
+}
+
+/// Returns once every reader is in its loop (or one has failed and raised `stop`), so that the
+/// first mprotect() already has them around even with no gap before it.
+fn wait_for_readers(readers: u32, running: &AtomicU32, stop: &AtomicBool) {
+    while running.load(Ordering::Acquire) < readers && !stop.load(Ordering::Relaxed) {
+        thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// One reader: maps its own small region, then calls mincore() over it until `stop` (at least
+/// once). Returns the number of calls.
+#[inline(never)]
+fn read_lock_loop(running: &AtomicU32, stop: &AtomicBool) -> Result<u64> {
+    let page_size = memory::page_size()?;
+    let region = memory::map_region(READER_PAGES * page_size, Backing::Anonymous)?;
+    let mut residency = Vec::with_capacity(READER_PAGES);
+    running.fetch_add(1, Ordering::Release);
+    let mut calls = 0;
+    loop {
+        memory::query_residency(&region, page_size, &mut residency)?;
+        calls += 1;
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+    }
+    memory::unmap_region(region)?;
+    Ok(calls)
 }
 
 /// The mapped, faulted-in region and the time populating it took.
@@ -105,17 +184,25 @@ mod tests {
     use super::*;
     use crate::protocol::{field, lines};
 
-    #[test]
-    fn hold_prints_each_mprotect_and_the_longest() {
-        let args = HoldArgs {
+    fn args(readers: u32) -> HoldArgs {
+        HoldArgs {
             size_mib: 8,
             repeat: 2,
             gap_ms: 1,
-        };
+            readers,
+        }
+    }
+
+    fn output_lines(args: &HoldArgs) -> Vec<String> {
         let mut output = Vec::new();
-        run(&args, &mut output).expect("hold runs");
-        let lines = lines(&output);
-        assert_eq!(lines.len(), 4, "{lines:?}");
+        run(args, &mut output).expect("hold runs");
+        lines(&output)
+    }
+
+    #[test]
+    fn hold_prints_each_mprotect_and_the_longest() {
+        let lines = output_lines(&args(0));
+        assert_eq!(lines.len(), 5, "{lines:?}");
 
         assert!(lines[0].starts_with("populated "), "{lines:?}");
         assert_eq!(field(&lines[0], "bytes"), 8 << 20);
@@ -132,8 +219,30 @@ mod tests {
         for &ns in &held {
             assert!((1_000..5_000_000_000).contains(&ns), "{held:?}");
         }
-        assert!(lines[3].starts_with("max_mprotect_ns="), "{lines:?}");
-        assert_eq!(field(&lines[3], "max_mprotect_ns"), held[0].max(held[1]));
+        assert_eq!(lines[3], "reader_calls=0");
+        assert!(lines[4].starts_with("max_mprotect_ns="), "{lines:?}");
+        assert_eq!(field(&lines[4], "max_mprotect_ns"), held[0].max(held[1]));
+    }
+
+    #[test]
+    fn readers_call_mincore_across_the_holds() {
+        let lines = output_lines(&args(2));
+        assert_eq!(lines.len(), 5, "{lines:?}");
+        assert!(lines[1].starts_with("mprotect_ns="), "{lines:?}");
+        assert!(lines[2].starts_with("mprotect_ns="), "{lines:?}");
+        assert!(lines[3].starts_with("reader_calls="), "{lines:?}");
+        // Every reader calls at least once, whatever the scheduling.
+        assert!(field(&lines[3], "reader_calls") >= 2, "{lines:?}");
+        assert!(lines[4].starts_with("max_mprotect_ns="), "{lines:?}");
+    }
+
+    #[test]
+    fn a_reader_counts_its_calls_and_marks_itself_running() {
+        let running = AtomicU32::new(0);
+        // Already stopped: exactly one call.
+        let calls = read_lock_loop(&running, &AtomicBool::new(true)).expect("reader runs");
+        assert_eq!(calls, 1);
+        assert_eq!(running.load(Ordering::Relaxed), 1);
     }
 
     #[test]

@@ -2,13 +2,18 @@
 //!
 //! Output protocol on stdout, one line each, flushed at once:
 //! `ready pid=<pid>` first thing, `started` when the work begins, then the mode's lines.
+//! (`filemap` alone prints one line in between: the mapping another process is to read.)
 
 mod churn;
 mod cli;
+mod fileio;
+mod files;
 mod hold;
 mod idle;
 mod memory;
+mod remote;
 mod start;
+mod threads;
 
 use std::fmt;
 use std::io::{self, Write};
@@ -18,7 +23,7 @@ use anyhow::{Context, Result};
 use clap::Parser;
 
 use cli::{Cli, Mode};
-use start::Sigusr1Gate;
+use start::{Sigusr1Gate, Start};
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
@@ -27,16 +32,22 @@ fn main() -> Result<()> {
 
     let mut out = io::stdout().lock();
     emit(&mut out, format_args!("ready pid={}", process::id()))?;
-    if let Some(gate) = gate {
-        gate.wait()?;
-    }
-    start::delay(cli.start_delay);
-    emit(&mut out, format_args!("started"))?;
-
+    let start = Start {
+        gate,
+        delay: cli.start_delay,
+    };
+    let out = &mut out;
     match &cli.mode {
-        Mode::Churn(args) => churn::run(args, &mut out),
-        Mode::Hold(args) => hold::run(args, &mut out),
-        Mode::Idle(args) => idle::run(args, &mut out),
+        Mode::Churn(args) => start.begin(out).and_then(|()| churn::run(args, out)),
+        Mode::Hold(args) => start.begin(out).and_then(|()| hold::run(args, out)),
+        Mode::Idle(args) => start.begin(out).and_then(|()| idle::run(args, out)),
+        Mode::Files(args) => start.begin(out).and_then(|()| files::run(args, out)),
+        // Sets its file up before `started`: the caller needs the mapping's address to aim an
+        // outside reader at it while the process still waits at the gates.
+        Mode::Filemap(args) => remote::run_filemap(args, start, out),
+        Mode::ProcMemRead(args) => start
+            .begin(out)
+            .and_then(|()| remote::run_proc_mem_read(args, out)),
     }
 }
 

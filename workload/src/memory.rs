@@ -77,6 +77,14 @@ pub fn map_populated(len: usize) -> Result<Region> {
     )
 }
 
+/// Maps `len` bytes of a file shared and read-only, faulting nothing in: mmap() takes
+/// mmap_lock for write only to insert the VMA, and the pages stay wherever they are (on disk,
+/// if nothing has read them) until something touches them.
+#[inline(never)]
+pub fn map_shared_file(len: usize, fd: BorrowedFd<'_>) -> Result<Region> {
+    mmap_checked(len, libc::PROT_READ, libc::MAP_SHARED, fd.as_raw_fd())
+}
+
 fn mmap_checked(
     len: usize,
     prot: libc::c_int,
@@ -143,6 +151,32 @@ pub fn read_pages(region: &Region, page_size: usize) -> u64 {
     black_box(sum)
 }
 
+/// Asks mincore() which pages of the region are resident, returning how many are.
+/// `residency` is scratch space for the kernel's one byte per page.
+///
+/// mincore() takes mmap_lock for read around each walk of the page tables, so a loop of these
+/// calls is a stream of short read holds that a writer has to slot in between.
+#[inline(never)]
+pub fn query_residency(
+    region: &Region,
+    page_size: usize,
+    residency: &mut Vec<u8>,
+) -> Result<usize> {
+    residency.resize(region.len.div_ceil(page_size), 0);
+    // SAFETY: `residency` has one writable byte for every page of the region.
+    let rc = unsafe { libc::mincore(region.start().cast(), region.len, residency.as_mut_ptr()) };
+    if rc == -1 {
+        bail!(
+            "mincore({:p}, {} bytes) failed: {}",
+            region.start(),
+            region.len,
+            io::Error::last_os_error()
+        );
+    }
+    // Bit 0 says resident; the other bits are reserved.
+    Ok(residency.iter().filter(|&&state| state & 1 == 1).count())
+}
+
 /// Asks the kernel to back the region with 4 KiB pages only.
 ///
 /// With transparent huge pages a 512 MiB region would need only 256 PMD entries, and an
@@ -197,6 +231,8 @@ pub fn monotonic_ns() -> Result<u64> {
 
 #[cfg(test)]
 mod tests {
+    use std::os::fd::AsFd;
+
     use super::*;
 
     #[test]
@@ -227,6 +263,36 @@ mod tests {
         let region = map_populated(8 * page).expect("mmap populate");
         disable_huge_pages(&region).expect("madvise");
         assert_eq!(read_pages(&region, page), 0);
+        unmap_region(region).expect("munmap");
+    }
+
+    #[test]
+    fn residency_counts_the_touched_pages() {
+        let page = page_size().expect("page size");
+        let region = map_region(16 * page, Backing::Anonymous).expect("mmap");
+        let mut residency = Vec::new();
+        assert_eq!(
+            query_residency(&region, page, &mut residency).expect("mincore"),
+            0
+        );
+        assert_eq!(residency.len(), 16);
+        touch_pages(&region, page);
+        assert_eq!(
+            query_residency(&region, page, &mut residency).expect("mincore"),
+            16
+        );
+        unmap_region(region).expect("munmap");
+    }
+
+    #[test]
+    fn shared_file_mapping_reads_the_files_bytes() {
+        let page = page_size().expect("page size");
+        let dir = std::env::temp_dir();
+        let scratch = crate::fileio::ScratchFile::create(&dir, "test", 4 * page).expect("file");
+        let region = map_shared_file(4 * page, scratch.file().as_fd()).expect("mmap");
+        // SAFETY: offset `page + 3` is inside the mapped, readable region.
+        let byte = unsafe { region.start().add(page + 3).read_volatile() };
+        assert_eq!(byte, crate::fileio::filler_byte(page + 3));
         unmap_region(region).expect("munmap");
     }
 

@@ -1,11 +1,30 @@
 //! Holding the work back until a tracer has attached: SIGUSR1 and a start delay.
 
-use std::io;
+use std::io::{self, Write};
 use std::mem::MaybeUninit;
 use std::thread;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
+
+use crate::emit;
+
+/// The gates between `ready` and `started`: SIGUSR1 (with --wait-signal), then the start delay.
+pub struct Start {
+    pub gate: Option<Sigusr1Gate>,
+    pub delay: Duration,
+}
+
+impl Start {
+    /// Waits at the gates, then prints `started`.
+    pub fn begin(self, out: &mut dyn Write) -> Result<()> {
+        if let Some(gate) = self.gate {
+            gate.wait()?;
+        }
+        delay(self.delay);
+        emit(out, format_args!("started"))
+    }
+}
 
 /// SIGUSR1, blocked so that it stays pending until `wait` takes it.
 ///
@@ -64,7 +83,7 @@ fn sigusr1_set() -> Result<libc::sigset_t> {
 }
 
 /// Sleeps for the start delay, if any.
-pub fn delay(delay: Duration) {
+fn delay(delay: Duration) {
     if !delay.is_zero() {
         thread::sleep(delay);
     }
