@@ -118,3 +118,263 @@ fn waits_are_charged_to_the_populating_writer() {
     );
     assert!(u(&faults["took_mmap_lock"]) <= u(&faults["total"]));
 }
+
+/// Yang Shi's case: one huge mprotect holds the lock for write for milliseconds; the readers
+/// it blocked wait behind it, and the hold's "blocked others" says how much waiting it caused.
+#[test]
+fn one_long_write_hold_names_the_readers_it_blocked() {
+    if !bpf_available("one_long_write_hold_names_the_readers_it_blocked") {
+        return;
+    }
+    let _serial = serial();
+    let (result, workload_out) = trace_workload(
+        &[
+            "hold",
+            "--size-mib",
+            "256",
+            "--repeat",
+            "3",
+            "--readers",
+            "2",
+        ],
+        &["--format", "json"],
+    );
+    assert!(value_of(&workload_out, "reader_calls") > 0);
+    let report = json(&result.stdout);
+    let hold = entries(&report)
+        .iter()
+        .filter(|e| e["kind"] == "hold" && e["mode"] == "write")
+        .max_by_key(|e| u(&e["max_ns"]))
+        .unwrap();
+    assert_eq!(hold["cause"], "mprotect");
+    let caused = &hold["blocked_others"];
+    assert!(
+        u(&caused["count"]) > 0 && u(&caused["wait_ns"]) > 0,
+        "{caused}"
+    );
+    // The readers (mincore) spent most of their waiting behind it.
+    let reader_waits: Vec<&Value> = entries(&report)
+        .iter()
+        .filter(|e| {
+            e["kind"] == "wait" && e["mode"] == "read" && has_symbol(&e["frames"], "mincore")
+        })
+        .collect();
+    assert!(!reader_waits.is_empty(), "no mincore wait with a stack");
+    let (behind_mprotect, charged) = reader_waits
+        .iter()
+        .flat_map(|e| e["blocked_by"].as_array().unwrap())
+        .fold((0, 0), |(m, all), b| {
+            let w = u(&b["wait_ns"]);
+            (m + if b["cause"] == "mprotect" { w } else { 0 }, all + w)
+        });
+    assert!(
+        behind_mprotect * 2 > charged,
+        "{behind_mprotect} of {charged} ns of reader waits behind the mprotect"
+    );
+}
+
+/// Edwin's case: the same files read by threads with pread, then with mmap+touch+munmap. Only
+/// the mmap variant takes the lock, for write twice per file, and its waits are mmap/munmap
+/// waiting behind each other and faults.
+#[test]
+fn mmap_reads_contend_where_pread_does_not() {
+    if !bpf_available("mmap_reads_contend_where_pread_does_not") {
+        return;
+    }
+    let _serial = serial();
+    let args = |method| {
+        [
+            "files",
+            "--method",
+            method,
+            "--threads",
+            "3",
+            "--files",
+            "6",
+            "--file-size",
+            "1M",
+            "--seconds",
+            "2",
+        ]
+    };
+    let (pread, pread_out) = trace_workload(&args("pread"), &["--format", "json"]);
+    let (mmap, mmap_out) = trace_workload(&args("mmap"), &["--format", "json"]);
+    let (pread, mmap) = (json(&pread.stdout), json(&mmap.stdout));
+    let pread_files = value_of(&pread_out, "files_read");
+    let mmap_files = value_of(&mmap_out, "files_read");
+    let writes = |r: &Value| u(&r["totals"]["write"]["acquisitions"]);
+    assert!(
+        writes(&mmap) >= 2 * mmap_files,
+        "{} writes for {mmap_files} files",
+        writes(&mmap)
+    );
+    assert!(
+        writes(&pread) * 10 < pread_files,
+        "pread took the lock {} times for {pread_files} files",
+        writes(&pread)
+    );
+    let mm_waits: u64 = entries(&mmap)
+        .iter()
+        .filter(|e| {
+            e["kind"] == "wait" && ["mmap", "munmap"].contains(&e["cause"].as_str().unwrap())
+        })
+        .map(|e| u(&e["total_ns"]))
+        .sum();
+    assert!(mm_waits > 0);
+    let behind_mm: u64 = entries(&mmap)
+        .iter()
+        .filter(|e| e["kind"] == "wait")
+        .flat_map(|e| e["blocked_by"].as_array().unwrap())
+        .filter(|b| ["mmap", "munmap", "page_fault"].contains(&b["cause"].as_str().unwrap()))
+        .map(|b| u(&b["wait_ns"]))
+        .sum();
+    assert!(
+        behind_mm > 0,
+        "no wait charged to mmap/munmap/fault holders"
+    );
+    assert_eq!(
+        mmap["syscalls"]["munmap"]["count"],
+        mmap["syscalls"]["mmap"]["count"]
+    );
+}
+
+/// A holder asleep on disk I/O: another process reads the target's file mapping through
+/// /proc/PID/mem with the pages out of the cache, holding the target's lock in D state. The
+/// report must name that outside locker, its uninterruptible sleep and its I/O stack, and the
+/// target's threads that waited behind it.
+#[test]
+fn outside_reader_asleep_on_io_while_holding() {
+    if !bpf_available("outside_reader_asleep_on_io_while_holding") {
+        return;
+    }
+    let _serial = serial();
+    let mut target = common::Workload::spawn(&[
+        "filemap",
+        "--file-size",
+        "64M",
+        "--threads",
+        "2",
+        "--seconds",
+        "4",
+    ]);
+    let mapped = target.read_line();
+    let field = |key: &str| {
+        mapped
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+            .unwrap_or_else(|| panic!("no {key}= in {mapped:?}"))
+            .to_string()
+    };
+    let (addr, len, file) = (field("addr"), field("len"), field("file"));
+    let mut tracer = common::Tracer::spawn(&[
+        "-p".into(),
+        target.pid.to_string(),
+        "--format".into(),
+        "json".into(),
+    ]);
+    tracer.wait_attached();
+    target.start();
+    let reader = std::process::Command::new(common::workload_path())
+        .args([
+            "proc-mem-read",
+            "--pid",
+            &target.pid.to_string(),
+            "--addr",
+            &addr,
+            "--len",
+            &len,
+            "--file",
+            &file,
+            "--rounds",
+            "3",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        reader.status.success(),
+        "{}",
+        String::from_utf8_lossy(&reader.stderr)
+    );
+    let reader_pid: u64 = String::from_utf8_lossy(&reader.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("ready pid="))
+        .unwrap()
+        .parse()
+        .unwrap();
+    target.finish();
+    let result = tracer.finish();
+    assert!(result.status.success(), "{}", result.stderr);
+    let report = json(&result.stdout);
+
+    let io_hold = entries(&report)
+        .iter()
+        .filter(|e| {
+            e["kind"] == "hold"
+                && e["outside_locker"] == true
+                && u(&e["locker"]["pid"]) == reader_pid
+        })
+        .max_by_key(|e| u(&e["offcpu"]["uninterruptible_ns"]))
+        .expect("the reader's holds");
+    assert_eq!(io_hold["cause"], "proc_reader");
+    assert!(
+        u(&io_hold["offcpu"]["uninterruptible_ns"]) > 0,
+        "no D sleep while holding: {}",
+        io_hold["offcpu"]
+    );
+    let sleep = &io_hold["sleep_frames"];
+    assert!(
+        [
+            "filemap_fault",
+            "io_schedule",
+            "folio_wait",
+            "filemap_get_pages",
+            "page_cache_ra"
+        ]
+        .iter()
+        .any(|f| has_symbol(sleep, f)),
+        "sleep stack names no I/O: {:?}",
+        symbols_of(sleep)
+    );
+    let behind_reader: u64 = entries(&report)
+        .iter()
+        .filter(|e| e["kind"] == "wait" && e["outside_locker"] == false)
+        .flat_map(|e| e["blocked_by"].as_array().unwrap())
+        .filter(|b| b["outside_locker"] == true && u(&b["locker"]["pid"]) == reader_pid)
+        .map(|b| u(&b["wait_ns"]))
+        .sum();
+    assert!(
+        behind_reader > 0,
+        "no target thread waited behind the /proc/PID/mem reader"
+    );
+}
+
+/// Lock-holder preemption: more runnable threads than CPUs, so holders are descheduled while
+/// holding; their holds show runnable time.
+#[test]
+fn preempted_holders_show_runnable_time() {
+    if !bpf_available("preempted_holders_show_runnable_time") {
+        return;
+    }
+    let _serial = serial();
+    let (result, _) = trace_workload(
+        &["churn", "--threads", "3", "--hogs", "4", "--seconds", "3"],
+        &["--format", "json"],
+    );
+    let report = json(&result.stdout);
+    let (runnable, held) = entries(&report)
+        .iter()
+        .filter(|e| e["kind"] == "hold")
+        .fold((0, 0), |(r, h), e| {
+            (r + u(&e["offcpu"]["runnable_ns"]), h + u(&e["total_ns"]))
+        });
+    assert!(
+        runnable > 0,
+        "no hold was preempted with 4 CPU hogs on this machine"
+    );
+    assert!(runnable <= held);
+    let preempted_stack = entries(&report)
+        .iter()
+        .filter(|e| e["kind"] == "hold" && e["stack_collected"] == true)
+        .any(|e| u(&e["offcpu"]["runnable_ns"]) > 0);
+    assert!(preempted_stack, "runnable time on no stacked hold");
+}

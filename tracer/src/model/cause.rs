@@ -71,6 +71,8 @@ const PRIORITY: &[(Cause, &[&str])] = &[
             "do_madvise",
             "__x64_sys_madvise",
             "__x64_sys_process_madvise",
+            "__do_sys_process_madvise",
+            "vector_madvise",
             "__arm64_sys_madvise",
         ],
     ),

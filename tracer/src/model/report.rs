@@ -495,8 +495,9 @@ fn mode_of(mode: u8) -> Mode {
     }
 }
 
-/// The innermost kernel frames are the tracepoint's own machinery (the stack is taken inside
-/// it): they say nothing about who locked, so they are left out.
+/// The innermost kernel frames are the tracing machinery (the stack is taken inside a
+/// tracepoint's BPF program): they say nothing about who locked, so they are left out. The
+/// JITed program itself may come first, resolved to whatever symbol precedes it.
 pub fn without_tracing_frames(frames: &[Frame]) -> &[Frame] {
     const MACHINERY: [&str; 6] = [
         "__mmap_lock_do_trace_",
@@ -506,15 +507,19 @@ pub fn without_tracing_frames(frames: &[Frame]) -> &[Frame] {
         "bpf_",
         "__bpf_",
     ];
-    let skip = frames
+    let is_machinery = |f: &Frame| {
+        f.symbol
+            .as_deref()
+            .is_some_and(|s| MACHINERY.iter().any(|m| s.starts_with(m)))
+    };
+    let Some(first) = frames.iter().take(2).position(is_machinery) else {
+        return frames;
+    };
+    let run = frames[first..]
         .iter()
-        .take_while(|f| {
-            f.symbol
-                .as_deref()
-                .is_some_and(|s| MACHINERY.iter().any(|m| s.starts_with(m)))
-        })
+        .take_while(|f| is_machinery(f))
         .count();
-    &frames[skip..]
+    &frames[first + run..]
 }
 
 fn histogram_rows(hist: &[u64; HIST_SLOTS]) -> Vec<[u64; 2]> {
@@ -937,6 +942,22 @@ pub(crate) mod tests {
             (3, 15_000_000, 7_000_000)
         );
         assert_eq!(r.causes[0].total_ns, 40_000_000, "largest first");
+    }
+
+    #[test]
+    fn machinery_behind_a_jitted_program_frame_is_trimmed_too() {
+        let frames = vec![
+            frame(true, "__stop_runtime_ptr_USER_PTR_MAX"),
+            frame(true, "bpf_trace_run4"),
+            frame(true, "__traceiter_sched_switch"),
+            frame(true, "__schedule"),
+            frame(true, "io_schedule"),
+        ];
+        let kept: Vec<_> = without_tracing_frames(&frames)
+            .iter()
+            .filter_map(|f| f.symbol.clone())
+            .collect();
+        assert_eq!(kept, ["__schedule", "io_schedule"]);
     }
 
     #[test]

@@ -74,6 +74,13 @@ impl Workload {
         Self { child, pid, stdout }
     }
 
+    /// The next line of its stdout (lines a mode prints before `started`).
+    pub fn read_line(&mut self) -> String {
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        line.trim_end().to_string()
+    }
+
     pub fn start(&self) {
         unsafe { libc::kill(self.pid as i32, libc::SIGUSR1) };
     }
