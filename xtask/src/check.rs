@@ -97,7 +97,8 @@ fn run_tallied(cmd: &Cmd, tally: &mut Tally) -> Result<()> {
 /// (`cargo xtask test -- --nocapture`), unless they contain their own `--`, in which case
 /// they are cargo's (`cargo xtask test -- -p tracer -- --nocapture`).
 fn cargo_test(test_args: &[String]) -> Cmd {
-    let mut cmd = Cmd::cargo(&["test"])
+    // --no-fail-fast: a failing test binary must not hide the results of the others.
+    let mut cmd = Cmd::cargo(&["test", "--no-fail-fast"])
         .env("MMAPSEM_WORKLOAD", binary("mmapsem-workload"))
         .env("MMAPSEM_TRACER", binary("mmapsem-trace"));
     if !test_args.is_empty() && !test_args.iter().any(|arg| arg == "--") {
@@ -139,7 +140,10 @@ mod tests {
     #[test]
     fn test_args_go_to_the_harness() {
         let cmd = cargo_test(&strings(&["--nocapture"]));
-        assert_eq!(cmd.arguments(), ["test", "--", "--nocapture"]);
+        assert_eq!(
+            cmd.arguments(),
+            ["test", "--no-fail-fast", "--", "--nocapture"]
+        );
         assert!(cmd
             .env_value("MMAPSEM_TRACER")
             .is_some_and(|path| path.ends_with("/debug/mmapsem-trace")));
@@ -153,8 +157,15 @@ mod tests {
         let cmd = cargo_test(&strings(&["-p", "tracer", "--", "--nocapture"]));
         assert_eq!(
             cmd.arguments(),
-            ["test", "-p", "tracer", "--", "--nocapture"]
+            [
+                "test",
+                "--no-fail-fast",
+                "-p",
+                "tracer",
+                "--",
+                "--nocapture"
+            ]
         );
-        assert_eq!(cargo_test(&[]).arguments(), ["test"]);
+        assert_eq!(cargo_test(&[]).arguments(), ["test", "--no-fail-fast"]);
     }
 }
