@@ -6,6 +6,7 @@
 mod maps;
 mod mmap_lock;
 mod target;
+mod timeline;
 
 #[cfg(not(test))]
 #[panic_handler]

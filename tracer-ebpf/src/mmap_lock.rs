@@ -17,6 +17,7 @@ use tracer_common::{
 use crate::{
     maps::{armed, config, count, AGG, AGG_FULL, LOCK_STATE, STACKS, TOTALS},
     target::{classify, fatal_signal_pending, Locker},
+    timeline,
 };
 
 const BPF_NOEXIST: u64 = 1;
@@ -136,11 +137,13 @@ fn apply(ctx: &TracePointContext, locker: &Locker, fx: &Effects) {
     }
     if let Some((mode, ns)) = fx.wait {
         add_totals(outside, mode, |t| t.add_wait(ns));
-        aggregate(ctx, locker, KIND_WAIT, mode, ns);
+        let key = aggregate(ctx, locker, KIND_WAIT, mode, ns);
+        timeline::emit(locker, &key, ns);
     }
     if let Some((mode, ns)) = fx.hold {
         add_totals(outside, mode, |t| t.add_hold(ns));
-        aggregate(ctx, locker, KIND_HOLD, mode, ns);
+        let key = aggregate(ctx, locker, KIND_HOLD, mode, ns);
+        timeline::emit(locker, &key, ns);
     }
 }
 
@@ -153,9 +156,10 @@ fn add_totals(outside: bool, mode: u8, f: impl FnOnce(&mut tracer_common::ModeTo
 
 /// Adds one duration to its stack's entry. Stacks are taken only for durations over the
 /// threshold: walking them costs microseconds, and acquire_returned / released run inside the
-/// critical section, where every nanosecond is paid by all waiters.
+/// critical section, where every nanosecond is paid by all waiters. Returns the key (with its
+/// stack ids) for the timeline.
 #[inline(always)]
-fn aggregate(ctx: &TracePointContext, locker: &Locker, kind: u8, mode: u8, ns: u64) {
+fn aggregate(ctx: &TracePointContext, locker: &Locker, kind: u8, mode: u8, ns: u64) -> AggKey {
     let cfg = config();
     let (kernel_stack, user_stack) = if ns >= cfg.stack_threshold_ns {
         let kernel = stack_id(
@@ -195,6 +199,7 @@ fn aggregate(ctx: &TracePointContext, locker: &Locker, kind: u8, mode: u8, ns: u
     if let Some(value) = entry_of(&key) {
         unsafe { (*value).add(ns) };
     }
+    key
 }
 
 #[inline(always)]
