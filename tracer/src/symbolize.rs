@@ -2,7 +2,7 @@
 //! debug info when present), user frames from the ELF files of the mappings recorded during the
 //! trace, so that a process that already exited is still symbolized.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::PathBuf;
 
 use blazesym::symbolize::{
@@ -10,46 +10,105 @@ use blazesym::symbolize::{
     CodeInfo, Input, Symbolized, Symbolizer,
 };
 
-use crate::model::{Frame, Harvest, StackRef, Symbols};
+use crate::model::{report::stack_owner, Frame, Harvest, StackRef, Symbols};
 use crate::system::procfs::MappingHistory;
 
-/// Symbolizes every stack referenced by the harvest's entries.
+/// Symbolizes every stack referenced by the harvest's entries and timeline events.
 pub fn symbolize(harvest: &Harvest, mappings: &HashMap<u32, MappingHistory>) -> Symbols {
-    let symbolizer = Symbolizer::builder()
-        .enable_code_info(true)
-        .enable_inlined_fns(true)
-        .build();
-    let mut symbols = Symbols::new();
-    let kernel_ids: HashSet<i32> = harvest
-        .entries
-        .iter()
-        .map(|e| e.key.kernel_stack)
-        .filter(|&id| id >= 0)
-        .collect();
-    for id in kernel_ids {
-        if let Some(addrs) = harvest.stacks.get(&id) {
-            symbols.insert(StackRef::Kernel(id), kernel_frames(&symbolizer, addrs));
-        }
-    }
-    let empty = MappingHistory::default();
-    for e in &harvest.entries {
-        let id = e.key.user_stack;
-        let pid = if e.key.locker_pid != 0 {
-            e.key.locker_pid
-        } else {
-            e.key.pid
-        };
-        let key = StackRef::User { pid, id };
-        if id < 0 || symbols.contains_key(&key) {
-            continue;
-        }
-        if let Some(addrs) = harvest.stacks.get(&id) {
-            let history = mappings.get(&pid).unwrap_or(&empty);
-            symbols.insert(key, user_frames(&symbolizer, addrs, history));
-        }
-    }
-    symbols
+    let mut symbolizer = StackSymbolizer::new();
+    symbolizer.add(harvest, mappings);
+    symbolizer.into_symbols()
 }
+
+/// Symbolizes stacks once and keeps them: the live and interval views see the same stack ids
+/// again every refresh, and blazesym's first look at an object is slow. Stack ids are stable
+/// (the tracer never deletes from the stack map), so an id names one stack for the whole trace.
+pub struct StackSymbolizer {
+    symbolizer: Symbolizer,
+    symbols: Symbols,
+}
+
+impl Default for StackSymbolizer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl StackSymbolizer {
+    pub fn new() -> Self {
+        Self {
+            symbolizer: Symbolizer::builder()
+                .enable_code_info(true)
+                .enable_inlined_fns(true)
+                .build(),
+            symbols: Symbols::new(),
+        }
+    }
+
+    pub fn symbols(&self) -> &Symbols {
+        &self.symbols
+    }
+
+    pub fn into_symbols(self) -> Symbols {
+        self.symbols
+    }
+
+    /// Symbolizes the stacks of `harvest` not symbolized yet.
+    pub fn add(&mut self, harvest: &Harvest, mappings: &HashMap<u32, MappingHistory>) {
+        let empty = MappingHistory::default();
+        for (kernel_id, user_id, owner) in stack_uses(harvest) {
+            let key = StackRef::Kernel(kernel_id);
+            if kernel_id >= 0 && !self.symbols.contains_key(&key) {
+                if let Some(addrs) = harvest.stacks.get(&kernel_id) {
+                    let frames = kernel_frames(&self.symbolizer, addrs);
+                    self.symbols.insert(key, frames);
+                }
+            }
+            let key = StackRef::User {
+                pid: owner,
+                id: user_id,
+            };
+            if user_id >= 0 && !self.symbols.contains_key(&key) {
+                if let Some(addrs) = harvest.stacks.get(&user_id) {
+                    let history = mappings.get(&owner).unwrap_or(&empty);
+                    let frames = user_frames(&self.symbolizer, addrs, history);
+                    self.symbols.insert(key, frames);
+                }
+            }
+        }
+    }
+
+    /// Forgets user stacks with frames outside every known mapping, so that a later `add`
+    /// retries them once the mappings have been re-read (a library loaded after the last look).
+    pub fn forget_unresolved(&mut self) {
+        self.symbols.retain(|key, frames| {
+            matches!(key, StackRef::Kernel(_)) || frames.iter().all(|f| f.module != UNKNOWN_MODULE)
+        });
+    }
+}
+
+/// (kernel stack id, user stack id, owner of the user stack's address space) of every entry
+/// and timeline event.
+fn stack_uses(harvest: &Harvest) -> impl Iterator<Item = (i32, i32, u32)> + '_ {
+    let entries = harvest.entries.iter().map(|e| {
+        let k = &e.key;
+        (
+            k.kernel_stack,
+            k.user_stack,
+            stack_owner(k.pid, k.locker_pid),
+        )
+    });
+    let events = harvest.timeline.iter().map(|e| {
+        (
+            e.kernel_stack,
+            e.user_stack,
+            stack_owner(e.pid, e.locker_pid),
+        )
+    });
+    entries.chain(events)
+}
+
+const UNKNOWN_MODULE: &str = "[unknown]";
 
 /// Return addresses point after the call: look up the call instruction itself so that the
 /// line is the call site's (the innermost frame is an exact ip).
@@ -90,7 +149,7 @@ fn user_frames(symbolizer: &Symbolizer, addrs: &[u64], history: &MappingHistory)
         let lookup = lookup_addr(i, addr);
         let Some(mapping) = history.find(lookup) else {
             frames.push(Frame {
-                module: "[unknown]".into(),
+                module: UNKNOWN_MODULE.into(),
                 addr,
                 ..Frame::default()
             });

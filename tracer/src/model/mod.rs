@@ -2,22 +2,27 @@
 //! No I/O here; presenters (text, JSON) only read the `Report`.
 
 pub mod cause;
+pub mod delta;
 pub mod histogram;
 pub mod report;
+pub mod timeline;
 
 use std::collections::HashMap;
 
 use serde::Serialize;
-use tracer_common::{AggKey, AggValue, Counter, ModeTotals, TOTALS_SLOTS};
+use tracer_common::{AggKey, AggValue, Counter, ModeTotals, TimelineEvent, TOTALS_SLOTS};
 
 pub use cause::Cause;
 pub use report::{build_report, Report, TraceMeta};
 
 /// One aggregation-map entry, per-CPU values merged.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RawEntry {
     pub key: AggKey,
     pub value: AggValue,
+    /// Set on per-interval entries whose `max_ns` is an upper bound, not the exact maximum
+    /// (see `delta::since`).
+    pub max_is_upper_bound: bool,
 }
 
 /// Waits and holds still open when tracing stopped.
@@ -27,7 +32,7 @@ pub struct InFlight {
     pub holds: u64,
 }
 
-/// Everything read from the kernel maps at the end of a trace.
+/// Everything read from the kernel maps: at the end of a trace, or as a running snapshot.
 #[derive(Clone, Debug, Default)]
 pub struct Harvest {
     pub entries: Vec<RawEntry>,
@@ -38,6 +43,24 @@ pub struct Harvest {
     pub locker_comms: HashMap<u32, String>,
     pub in_flight: InFlight,
     pub target_mms_found: usize,
+    /// Waits and holds over the timeline threshold, oldest first (empty in snapshots and when
+    /// no timeline was asked for).
+    pub timeline: Vec<TimelineEvent>,
+}
+
+/// What the live view shows at one refresh: the last interval, and everything since the start
+/// of the trace or the last reset.
+#[derive(Clone, Debug)]
+pub struct LiveSnapshot {
+    pub interval: Report,
+    pub cumulative: Report,
+    /// Since the trace started (resets do not restart it).
+    pub elapsed_ns: u64,
+    pub threads_now: usize,
+    /// Entries are per thread (the reports' entries carry tids).
+    pub per_thread: bool,
+    /// The cumulative window starts at a reset, not at the start of the trace.
+    pub was_reset: bool,
 }
 
 /// One symbolized stack frame.

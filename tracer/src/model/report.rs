@@ -29,6 +29,15 @@ pub enum Mode {
 }
 
 impl Kind {
+    /// From the kernel's `KIND_WAIT` / `KIND_HOLD`.
+    pub fn from_raw(kind: u8) -> Kind {
+        if kind == KIND_WAIT {
+            Kind::Wait
+        } else {
+            Kind::Hold
+        }
+    }
+
     pub fn label(self) -> &'static str {
         match self {
             Kind::Wait => "wait",
@@ -38,6 +47,15 @@ impl Kind {
 }
 
 impl Mode {
+    /// From the kernel's `MODE_READ` / `MODE_WRITE`.
+    pub fn from_raw(mode: u8) -> Mode {
+        if mode == MODE_WRITE {
+            Mode::Write
+        } else {
+            Mode::Read
+        }
+    }
+
     pub fn label(self) -> &'static str {
         match self {
             Mode::Read => "read",
@@ -57,6 +75,8 @@ pub struct TraceMeta {
     pub thread_time_ns: u64,
     pub exited: bool,
     pub stack_threshold_ns: u64,
+    /// Thread id -> name, for per-thread entries.
+    pub thread_names: HashMap<u32, String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -131,6 +151,13 @@ pub struct Entry {
     pub frames: Vec<Frame>,
     /// Non-empty log2 slots as [lower bound ns, count].
     pub histogram: Vec<[u64; 2]>,
+    /// Per-interval views only: `max_ns` bounds the interval's maximum from above (it did not
+    /// beat the earlier record, so only its histogram slot is known).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub max_is_upper_bound: bool,
+    /// Name (comm) of thread `tid`, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thread_name: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -140,7 +167,7 @@ pub struct Locker {
 }
 
 pub fn build_report(harvest: &Harvest, symbols: &Symbols, meta: &TraceMeta) -> Report {
-    let entries = sorted_entries(harvest, symbols);
+    let entries = sorted_entries(harvest, symbols, meta);
     let totals = totals_of(harvest, &[0, 1, 2, 3]);
     let own_wait_ns: u64 = harvest.totals[..2].iter().map(|t| t.wait_ns).sum();
     Report {
@@ -191,50 +218,26 @@ fn totals_of(harvest: &Harvest, slots: &[usize]) -> Totals {
     Totals { read, write }
 }
 
-fn sorted_entries(harvest: &Harvest, symbols: &Symbols) -> Vec<Entry> {
+fn sorted_entries(harvest: &Harvest, symbols: &Symbols, meta: &TraceMeta) -> Vec<Entry> {
     let mut entries: Vec<Entry> = harvest
         .entries
         .iter()
         .filter(|raw| raw.value.count > 0)
-        .map(|raw| entry_of(raw, harvest, symbols))
+        .map(|raw| entry_of(raw, harvest, symbols, meta))
         .collect();
     entries.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(b.count.cmp(&a.count)));
     entries
 }
 
-fn entry_of(raw: &RawEntry, harvest: &Harvest, symbols: &Symbols) -> Entry {
+fn entry_of(raw: &RawEntry, harvest: &Harvest, symbols: &Symbols, meta: &TraceMeta) -> Entry {
     let (k, v) = (&raw.key, &raw.value);
-    let kernel = (k.kernel_stack != NO_STACK)
-        .then(|| symbols.get(&StackRef::Kernel(k.kernel_stack)))
-        .flatten();
-    let user = (k.user_stack != NO_STACK)
-        .then(|| {
-            symbols.get(&StackRef::User {
-                pid: user_stack_owner(raw),
-                id: k.user_stack,
-            })
-        })
-        .flatten();
-    let mut frames: Vec<Frame> = user.cloned().unwrap_or_default();
-    frames.extend(
-        kernel
-            .map_or(&[][..], |k| without_tracing_frames(k))
-            .iter()
-            .cloned(),
-    );
+    let (kernel, frames) =
+        stack_frames(symbols, k.kernel_stack, k.user_stack, user_stack_owner(raw));
     let outside = k.locker_pid != 0;
     Entry {
-        kind: if k.kind == KIND_WAIT {
-            Kind::Wait
-        } else {
-            Kind::Hold
-        },
-        mode: if k.mode == MODE_WRITE {
-            Mode::Write
-        } else {
-            Mode::Read
-        },
-        cause: classify(kernel.map(Vec::as_slice)),
+        kind: Kind::from_raw(k.kind),
+        mode: Mode::from_raw(k.mode),
+        cause: classify(kernel),
         count: v.count,
         total_ns: v.total_ns,
         avg_ns: v.total_ns / v.count.max(1),
@@ -251,7 +254,41 @@ fn entry_of(raw: &RawEntry, harvest: &Harvest, symbols: &Symbols) -> Entry {
         stack_collected: kernel.is_some(),
         frames,
         histogram: histogram_rows(&v.hist),
+        max_is_upper_bound: raw.max_is_upper_bound,
+        thread_name: (k.tid != 0)
+            .then(|| meta.thread_names.get(&k.tid).cloned())
+            .flatten(),
     }
+}
+
+/// The kernel stack's frames (for classification) and the frames to show: user frames then
+/// kernel frames, innermost first, without the tracepoint machinery. `owner` is the process
+/// whose address space the user stack belongs to.
+pub fn stack_frames(
+    symbols: &Symbols,
+    kernel_stack: i32,
+    user_stack: i32,
+    owner: u32,
+) -> (Option<&[Frame]>, Vec<Frame>) {
+    let kernel = (kernel_stack != NO_STACK)
+        .then(|| symbols.get(&StackRef::Kernel(kernel_stack)))
+        .flatten();
+    let user = (user_stack != NO_STACK)
+        .then(|| {
+            symbols.get(&StackRef::User {
+                pid: owner,
+                id: user_stack,
+            })
+        })
+        .flatten();
+    let mut frames: Vec<Frame> = user.cloned().unwrap_or_default();
+    frames.extend(
+        kernel
+            .map_or(&[][..], |k| without_tracing_frames(k))
+            .iter()
+            .cloned(),
+    );
+    (kernel.map(Vec::as_slice), frames)
 }
 
 /// The innermost kernel frames are the tracepoint's own machinery (the stack is taken inside
@@ -275,12 +312,16 @@ pub fn without_tracing_frames(frames: &[Frame]) -> &[Frame] {
     &frames[skip..]
 }
 
-/// User stacks of outside lockers belong to the locker's address space, not the target's.
 fn user_stack_owner(raw: &RawEntry) -> u32 {
-    if raw.key.locker_pid != 0 {
-        raw.key.locker_pid
+    stack_owner(raw.key.pid, raw.key.locker_pid)
+}
+
+/// User stacks of outside lockers belong to the locker's address space, not the target's.
+pub fn stack_owner(pid: u32, locker_pid: u32) -> u32 {
+    if locker_pid != 0 {
+        locker_pid
     } else {
-        raw.key.pid
+        pid
     }
 }
 
@@ -301,7 +342,7 @@ struct CauseGroup {
 }
 
 /// Groups entries by (cause, kind, mode), merging histograms for the p99.
-fn cause_rows(entries: &[Entry]) -> Vec<CauseRow> {
+pub fn cause_rows(entries: &[Entry]) -> Vec<CauseRow> {
     let mut groups: HashMap<(Cause, Kind, Mode), CauseGroup> = HashMap::new();
     for e in entries {
         let g = groups
@@ -374,6 +415,7 @@ pub(crate) mod tests {
             value.add(ns);
         }
         RawEntry {
+            max_is_upper_bound: false,
             key: AggKey {
                 pid: 42,
                 tid: if locker_pid != 0 { 77 } else { 0 },
@@ -441,6 +483,7 @@ pub(crate) mod tests {
             thread_time_ns: 4_000_000_000,
             exited: false,
             stack_threshold_ns: 10_000,
+            thread_names: HashMap::new(),
         };
         (harvest, symbols, meta)
     }

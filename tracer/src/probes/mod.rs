@@ -2,6 +2,7 @@
 //! touches aya; it hands plain data (`model::Harvest`) to the rest.
 
 mod mmap_lock;
+mod timeline;
 
 use std::collections::{HashMap, HashSet};
 
@@ -14,6 +15,7 @@ use tracer_common::{
     AggKey, AggValue, Config, Counter, LockState, ModeTotals, StateKey, COUNTER_SLOTS, TOTALS_SLOTS,
 };
 
+use self::timeline::TimelineReader;
 use crate::model::{Harvest, InFlight, RawEntry};
 use crate::system::{btf::KernelOffsets, tracefs::Tracefs};
 
@@ -28,11 +30,15 @@ pub struct ProbeSettings {
     pub user_stacks: bool,
     pub max_entries: u32,
     pub max_stacks: u32,
+    /// Stream waits and holds at least this long to the timeline; 0: no timeline.
+    pub timeline_threshold_ns: u64,
 }
 
 /// Loaded and attached programs with their maps.
 pub struct Probes {
     ebpf: Ebpf,
+    /// Present when a timeline was asked for.
+    timeline: Option<TimelineReader>,
 }
 
 impl Probes {
@@ -53,15 +59,30 @@ impl Probes {
             per_thread: settings.per_thread as u32,
             user_stacks: settings.user_stacks as u32,
             _pad: 0,
+            timeline_threshold_ns: settings.timeline_threshold_ns,
         };
+        let timeline_on = settings.timeline_threshold_ns > 0;
         raise_memlock_limit();
-        let ebpf = EbpfLoader::new()
+        let mut ebpf = EbpfLoader::new()
             .override_global("CONFIG", &config, true)
             .map_max_entries("AGG", settings.max_entries)
             .map_max_entries("STACKS", settings.max_stacks)
+            .map_max_entries(
+                "TIMELINE",
+                if timeline_on {
+                    timeline::RING_BYTES
+                } else {
+                    timeline::RING_BYTES_OFF
+                },
+            )
             .load(EBPF_OBJECT)
             .map_err(|e| explain_permission(anyhow!(e), "loading the eBPF programs"))?;
-        let mut probes = Self { ebpf };
+        let timeline = if timeline_on {
+            Some(TimelineReader::open(&mut ebpf)?)
+        } else {
+            None
+        };
+        let mut probes = Self { ebpf, timeline };
         mmap_lock::attach(&mut probes.ebpf)?;
         Ok(probes)
     }
@@ -90,48 +111,81 @@ impl Probes {
         set(&mut self.ebpf, pid)?;
         let _ = std::fs::read(format!("/proc/{pid}/cmdline"));
         set(&mut self.ebpf, 0)?;
-        Ok(self.target_mms()?.values().any(|&owner| owner == pid))
+        Ok(read_target_mms(&self.ebpf)?
+            .values()
+            .any(|&owner| owner == pid))
     }
 
-    fn target_mms(&self) -> Result<HashMap<u64, u32>> {
-        let mms: BpfHashMap<_, u64, u32> = map_ref(&self.ebpf, "TARGET_MMS")?;
-        Ok(mms.iter().filter_map(|r| r.ok()).collect())
+    /// Moves the timeline events the kernel has written so far into memory (call it often:
+    /// the ring buffer is bounded, and what does not fit is dropped and counted).
+    pub fn drain_timeline(&mut self) {
+        if let Some(timeline) = &mut self.timeline {
+            timeline.drain();
+        }
+    }
+
+    /// Reads the cumulative maps while the programs keep running (the live and interval
+    /// views). The timeline is left alone: it is drained by `drain_timeline` and `harvest`.
+    pub fn snapshot(&self) -> Result<Harvest> {
+        read_maps(&self.ebpf, &HashSet::new())
     }
 
     /// Stops the programs and reads everything they collected.
     pub fn harvest(mut self) -> Result<Harvest> {
         self.set_armed(false)?;
-        let target_mms = self.target_mms()?;
-        let take = |ebpf: &mut Ebpf, name: &str| {
-            ebpf.take_map(name)
-                .ok_or_else(|| anyhow!("eBPF object has no map {name}"))
+        let (events, dropped_here) = match self.timeline.take() {
+            Some(timeline) => timeline.finish(),
+            None => (Vec::new(), 0),
         };
-        let agg = take(&mut self.ebpf, "AGG")?;
-        let stacks = take(&mut self.ebpf, "STACKS")?;
-        let totals = take(&mut self.ebpf, "TOTALS")?;
-        let counters = take(&mut self.ebpf, "COUNTERS")?;
-        let comms = take(&mut self.ebpf, "LOCKER_COMMS")?;
-        let states = take(&mut self.ebpf, "LOCK_STATE")?;
-        // Disarmed above, so the maps no longer move; dropping the object detaches the programs.
-        drop(self.ebpf);
-
-        let entries = read_entries(PerCpuHashMap::try_from(agg)?)?;
-        let stack_ids: HashSet<u32> = entries
+        let timeline_stacks: HashSet<u32> = events
             .iter()
-            .flat_map(|e| [e.key.kernel_stack, e.key.user_stack])
+            .flat_map(|e| [e.kernel_stack, e.user_stack])
             .filter(|&id| id >= 0)
             .map(|id| id as u32)
             .collect();
-        Ok(Harvest {
-            stacks: read_stacks(&StackTraceMap::try_from(stacks)?, &stack_ids),
-            entries,
-            totals: read_totals(&PerCpuArray::try_from(totals)?)?,
-            counters: read_counters(&PerCpuArray::try_from(counters)?)?,
-            locker_comms: read_comms(&BpfHashMap::try_from(comms)?),
-            in_flight: read_in_flight(&BpfHashMap::try_from(states)?, &target_mms),
-            target_mms_found: target_mms.len(),
-        })
+        // Disarmed above, so the maps no longer move; dropping `self` afterwards detaches the
+        // programs.
+        let mut harvest = read_maps(&self.ebpf, &timeline_stacks)?;
+        if let Some((_, n)) = harvest
+            .counters
+            .iter_mut()
+            .find(|(c, _)| *c == Counter::TimelineDropped)
+        {
+            *n += dropped_here;
+        }
+        harvest.timeline = events;
+        Ok(harvest)
     }
+}
+
+/// Everything but the timeline, read without disturbing the programs: the entries, the stacks
+/// they (and `extra_stacks`) reference, totals, counters, outside lockers' names, and the lock
+/// operations in flight.
+fn read_maps(ebpf: &Ebpf, extra_stacks: &HashSet<u32>) -> Result<Harvest> {
+    let target_mms = read_target_mms(ebpf)?;
+    let entries = read_entries(&map_ref(ebpf, "AGG")?)?;
+    let mut stack_ids: HashSet<u32> = entries
+        .iter()
+        .flat_map(|e| [e.key.kernel_stack, e.key.user_stack])
+        .filter(|&id| id >= 0)
+        .map(|id| id as u32)
+        .collect();
+    stack_ids.extend(extra_stacks);
+    Ok(Harvest {
+        stacks: read_stacks(&map_ref(ebpf, "STACKS")?, &stack_ids),
+        entries,
+        totals: read_totals(&map_ref(ebpf, "TOTALS")?)?,
+        counters: read_counters(&map_ref(ebpf, "COUNTERS")?)?,
+        locker_comms: read_comms(&map_ref(ebpf, "LOCKER_COMMS")?),
+        in_flight: read_in_flight(&map_ref(ebpf, "LOCK_STATE")?, &target_mms),
+        target_mms_found: target_mms.len(),
+        timeline: Vec::new(),
+    })
+}
+
+fn read_target_mms(ebpf: &Ebpf) -> Result<HashMap<u64, u32>> {
+    let mms: BpfHashMap<_, u64, u32> = map_ref(ebpf, "TARGET_MMS")?;
+    Ok(mms.iter().filter_map(|r| r.ok()).collect())
 }
 
 fn map<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<T>
@@ -154,7 +208,7 @@ where
     Ok(T::try_from(m)?)
 }
 
-fn read_entries(agg: PerCpuHashMap<MapData, AggKey, AggValue>) -> Result<Vec<RawEntry>> {
+fn read_entries(agg: &PerCpuHashMap<&MapData, AggKey, AggValue>) -> Result<Vec<RawEntry>> {
     let mut entries = Vec::new();
     for item in agg.iter() {
         let (key, per_cpu) = item.context("reading aggregation map")?;
@@ -162,12 +216,16 @@ fn read_entries(agg: PerCpuHashMap<MapData, AggKey, AggValue>) -> Result<Vec<Raw
         for cpu_value in per_cpu.iter() {
             value.merge(cpu_value);
         }
-        entries.push(RawEntry { key, value });
+        entries.push(RawEntry {
+            key,
+            value,
+            max_is_upper_bound: false,
+        });
     }
     Ok(entries)
 }
 
-fn read_stacks(map: &StackTraceMap<MapData>, ids: &HashSet<u32>) -> HashMap<i32, Vec<u64>> {
+fn read_stacks(map: &StackTraceMap<&MapData>, ids: &HashSet<u32>) -> HashMap<i32, Vec<u64>> {
     ids.iter()
         .filter_map(|&id| {
             let trace = map.get(&id, 0).ok()?;
@@ -177,7 +235,7 @@ fn read_stacks(map: &StackTraceMap<MapData>, ids: &HashSet<u32>) -> HashMap<i32,
 }
 
 fn read_totals(
-    map: &PerCpuArray<MapData, ModeTotals>,
+    map: &PerCpuArray<&MapData, ModeTotals>,
 ) -> Result<[ModeTotals; TOTALS_SLOTS as usize]> {
     let mut totals = [ModeTotals::default(); TOTALS_SLOTS as usize];
     for (i, slot) in totals.iter_mut().enumerate() {
@@ -188,7 +246,7 @@ fn read_totals(
     Ok(totals)
 }
 
-fn read_counters(map: &PerCpuArray<MapData, u64>) -> Result<Vec<(Counter, u64)>> {
+fn read_counters(map: &PerCpuArray<&MapData, u64>) -> Result<Vec<(Counter, u64)>> {
     let mut out = Vec::with_capacity(COUNTER_SLOTS as usize);
     for counter in Counter::ALL {
         let sum = map.get(&(counter as u32), 0)?.iter().sum();
@@ -197,7 +255,7 @@ fn read_counters(map: &PerCpuArray<MapData, u64>) -> Result<Vec<(Counter, u64)>>
     Ok(out)
 }
 
-fn read_comms(map: &BpfHashMap<MapData, u32, [u8; 16]>) -> HashMap<u32, String> {
+fn read_comms(map: &BpfHashMap<&MapData, u32, [u8; 16]>) -> HashMap<u32, String> {
     map.iter()
         .filter_map(|r| r.ok())
         .map(|(pid, comm)| {
@@ -209,7 +267,7 @@ fn read_comms(map: &BpfHashMap<MapData, u32, [u8; 16]>) -> HashMap<u32, String> 
 
 /// Waits and holds still open when tracing stopped: neither timed nor lost.
 fn read_in_flight(
-    map: &BpfHashMap<MapData, StateKey, LockState>,
+    map: &BpfHashMap<&MapData, StateKey, LockState>,
     mms: &HashMap<u64, u32>,
 ) -> InFlight {
     let mut in_flight = InFlight::default();
