@@ -1,7 +1,12 @@
-//! Presenters: render a `Report` for people (text) or programs (JSON). They only read the model.
+//! Presenters: render a `Report` for people (text) or programs (JSON, CSV), as flamegraphs
+//! (folded stacks, SVG), and the timeline as trace-event JSON. They only read the model.
 
+pub mod csv;
+pub mod folded;
 pub mod json;
+pub mod svg;
 pub mod text;
+pub mod trace_event;
 
 /// Human duration: ns, µs, ms or s with three significant-ish digits.
 pub fn human_ns(ns: u64) -> String {
