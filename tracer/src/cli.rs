@@ -160,10 +160,15 @@ impl Cli {
         }
     }
 
-    /// Whether a report is written at the end: always, except after a live view that was
-    /// given neither --format nor -o.
+    /// Whether a report of the whole trace is written at the end: always for a plain run;
+    /// after interval reports only to -o (stdout already has them); after the live view only
+    /// when --format or -o asked for one.
     pub fn final_report_wanted(&self, view: &View) -> bool {
-        !matches!(view, View::Live { .. }) || self.format.is_some() || self.output.is_some()
+        match view {
+            View::Final => true,
+            View::Intervals { .. } => self.output.is_some(),
+            View::Live { .. } => self.format.is_some() || self.output.is_some(),
+        }
     }
 }
 
@@ -292,6 +297,11 @@ mod tests {
         assert!(!cli(&[]).final_report_wanted(&live));
         assert!(cli(&["-o", "r.txt", "--live"]).final_report_wanted(&live));
         assert!(cli(&[]).final_report_wanted(&View::Final));
+        let intervals = View::Intervals {
+            interval: DEFAULT_INTERVAL,
+        };
+        assert!(!cli(&["-i", "1"]).final_report_wanted(&intervals));
+        assert!(cli(&["-i", "1", "-o", "r.txt"]).final_report_wanted(&intervals));
     }
 
     #[test]

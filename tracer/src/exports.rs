@@ -131,7 +131,7 @@ fn svg_title(report: &Report, weight: Weight) -> SvgTitle {
     SvgTitle {
         title: format!(
             "mmap_lock {}: {} (pid {})",
-            weight.describe(),
+            weight.title(),
             report.target.comm,
             pids.join(",")
         ),

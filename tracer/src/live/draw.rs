@@ -17,7 +17,7 @@ const DIM: Style = Style::new().fg(Color::DarkGray);
 
 pub fn draw(frame: &mut Frame, state: &ViewState) {
     let pane_height = if state.stack_pane {
-        Constraint::Percentage(40)
+        Constraint::Percentage(50)
     } else {
         Constraint::Length(0)
     };

@@ -10,7 +10,7 @@ use crate::model::{
     report::{cause_rows, Entry, Kind, Mode, Report},
     Cause, LiveSnapshot,
 };
-use crate::present::text::frame_line;
+use crate::present::short_frame;
 
 /// What the view asks of the collector.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -364,15 +364,23 @@ fn thread_label(e: &Entry) -> Option<String> {
     })
 }
 
-/// The frame that names a stack best: the innermost user frame outside the C library (the
-/// caller that matters), else the innermost kernel frame.
+/// The frame that names a stack best: the innermost user frame outside the C library and the
+/// Rust standard library (the caller that matters), else the innermost kernel frame.
 fn place(e: &Entry) -> String {
     let is_libc = |m: &str| m.contains("/libc.so") || m.contains("/ld-linux");
+    let is_std = |symbol: &str| {
+        [
+            "core::", "std::", "alloc::", "<core::", "<std::", "<alloc::",
+        ]
+        .iter()
+        .any(|prefix| symbol.starts_with(prefix))
+    };
     let user = e
         .frames
         .iter()
         .filter(|f| !f.kernel && !is_libc(&f.module))
-        .find_map(|f| f.symbol.clone());
+        .filter_map(|f| f.symbol.clone())
+        .find(|symbol| !is_std(symbol));
     let kernel = || {
         e.frames
             .iter()
@@ -429,7 +437,7 @@ fn stack_lines(e: &Entry) -> Vec<String> {
             lines.push("-- kernel --".to_string());
             in_kernel = true;
         }
-        lines.push(frame_line(f));
+        lines.push(short_frame(f));
     }
     lines
 }
@@ -475,7 +483,10 @@ fn cause_group_rows(entries: &[&Entry], report: &Report) -> Vec<Row> {
                 max_is_upper_bound: stacks.iter().any(|e| e.max_is_upper_bound),
                 share: share(c.total_ns, report),
                 thread: thread.clone(),
-                place: format!("{} stacks", stacks.len()),
+                place: match stacks.len() {
+                    1 => "1 stack".to_string(),
+                    n => format!("{n} stacks"),
+                },
                 detail,
             });
         }
@@ -617,11 +628,11 @@ pub(crate) mod tests {
         assert_eq!(
             top.detail,
             [
-                "/usr/bin/app (munmap)",
-                "/usr/bin/app (scan_file)",
+                "munmap",
+                "scan_file",
                 "-- kernel --",
-                "kernel (__vm_munmap)",
-                "kernel (do_syscall_64)"
+                "__vm_munmap",
+                "do_syscall_64"
             ]
         );
     }

@@ -34,6 +34,15 @@ impl Weight {
         }
     }
 
+    /// What the graph shows, as a title word.
+    pub fn title(self) -> &'static str {
+        match self {
+            Weight::Wait => "waits",
+            Weight::Hold => "holds",
+            Weight::Count => "acquisitions",
+        }
+    }
+
     pub fn describe(self) -> &'static str {
         match self {
             Weight::Wait => "time waiting for mmap_lock",

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use crate::model::timeline::Slice;
 
-use super::text::frame_line;
+use super::short_frame;
 
 /// Who the tracks belong to.
 pub struct TimelineNames<'a> {
@@ -75,7 +75,7 @@ fn slice_event(s: &Slice) -> Value {
         "mode": s.mode.label(),
         "cause": s.cause.label(),
         "duration_ms": s.duration_ns as f64 / 1e6,
-        "stack": s.frames.iter().map(frame_line).collect::<Vec<_>>(),
+        "stack": s.frames.iter().map(short_frame).collect::<Vec<_>>(),
     });
     if s.locker_pid.is_some() {
         args["locks_mm_of_pid"] = json!(s.pid);
@@ -129,7 +129,7 @@ mod tests {
         );
         assert_eq!(x[1]["tid"], 44);
         assert_eq!(x[1]["ts"].as_f64(), Some(1000.0));
-        assert_eq!(x[0]["args"]["stack"][0], "kernel (__vm_munmap)");
+        assert_eq!(x[0]["args"]["stack"][0], "__vm_munmap");
         assert_eq!(v["otherData"]["threshold_ns"], 1_000_000);
     }
 }
