@@ -54,11 +54,12 @@ impl Workload {
         assert_eq!(unsafe { libc::kill(pid, signal) }, 0, "kill({pid})");
     }
 
-    /// Waits for exit and returns the rest of stdout.
+    /// Waits for exit and returns the rest of stdout: every line up to end of file (the
+    /// forwarding thread may still hold the last ones when the process has already exited).
     fn finish(mut self) -> Vec<String> {
         let status = self.child.wait().expect("wait");
         assert!(status.success(), "workload exited with {status}");
-        self.lines.try_iter().collect()
+        self.lines.iter().collect()
     }
 }
 
