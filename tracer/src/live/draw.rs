@@ -238,24 +238,31 @@ fn table_row(r: &Row, per_thread: bool) -> TableRow<'static> {
 }
 
 fn draw_stack_pane(frame: &mut Frame, area: Rect, row: Option<&Row>) {
-    let (title, lines) = match row {
-        Some(r) => (
-            format!(
-                " {} {} ({}): {} in {}, avg {}, max {} ",
-                r.kind.label(),
-                r.mode.label(),
-                r.cause.label(),
-                human_ns(r.total_ns),
-                r.count,
-                human_ns(r.avg_ns),
-                max_text(r.max_ns, r.max_is_upper_bound)
-            ),
-            r.detail.iter().map(|l| Line::from(l.clone())).collect(),
-        ),
-        None => (" stack ".to_string(), vec![Line::from("no row selected")]),
+    let Some(r) = row else {
+        let block = Block::default().borders(Borders::TOP).title(" stack ");
+        frame.render_widget(Paragraph::new("no row selected").block(block), area);
+        return;
     };
+    let title = format!(
+        " {} {} ({}): {} in {}, avg {}, max {} ",
+        r.kind.label(),
+        r.mode.label(),
+        r.cause.label(),
+        human_ns(r.total_ns),
+        r.count,
+        human_ns(r.avg_ns),
+        max_text(r.max_ns, r.max_is_upper_bound)
+    );
     let block = Block::default().borders(Borders::TOP).title(title);
-    frame.render_widget(Paragraph::new(lines).block(block), area);
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    let columns = Layout::horizontal(vec![Constraint::Fill(1); r.detail.len().max(1)])
+        .spacing(2)
+        .split(inner);
+    for (lines, column) in r.detail.iter().zip(columns.iter()) {
+        let lines: Vec<Line> = lines.iter().map(|l| Line::from(l.clone())).collect();
+        frame.render_widget(Paragraph::new(lines), *column);
+    }
 }
 
 fn key_line() -> &'static str {

@@ -242,7 +242,12 @@ mod tests {
     #[test]
     fn sort_by_count_then_select_and_open_the_stack_pane() {
         let mut inputs = vec![data()];
-        inputs.extend(keys(&[KeyCode::Char('4'), KeyCode::Down, KeyCode::Enter]));
+        inputs.extend(keys(&[
+            KeyCode::Char('4'),
+            KeyCode::Down,
+            KeyCode::Down,
+            KeyCode::Enter,
+        ]));
         let (terminal, _) = script(inputs);
         insta::assert_snapshot!("sorted_by_count_with_stack_pane", terminal.backend());
     }

@@ -110,8 +110,9 @@ pub struct Row {
     pub thread: Option<String>,
     /// The frame that best names the stack (or, for a cause, its number of stacks).
     pub place: String,
-    /// The stack pane's lines.
-    pub detail: Vec<String>,
+    /// The stack pane, in columns side by side: a stack's user frames and kernel frames (so
+    /// that deep user stacks do not push the kernel part out of sight), or a cause's stacks.
+    pub detail: Vec<Vec<String>>,
 }
 
 pub struct ViewState {
@@ -273,7 +274,8 @@ impl ViewState {
         self.selected_id = rows.get(self.selected).map(|r| r.id.clone());
     }
 
-    /// Keeps the selection on the same row after the rows changed order or content.
+    /// Keeps a row the user picked selected after the rows changed order or content; until
+    /// the user picks one, the selection stays on its position (the top row, like top).
     fn follow_selection(&mut self) {
         let rows = self.rows();
         if let Some(id) = &self.selected_id {
@@ -283,7 +285,6 @@ impl ViewState {
             }
         }
         self.selected = self.selected.min(rows.len().saturating_sub(1));
-        self.selected_id = rows.get(self.selected).map(|r| r.id.clone());
     }
 
     pub fn selected(&self) -> usize {
@@ -421,25 +422,36 @@ fn stack_row(e: &Entry, report: &Report) -> Row {
         share: share(e.total_ns, report),
         thread: thread_label(e),
         place: place(e),
-        detail: stack_lines(e),
+        detail: stack_parts(e)
+            .into_iter()
+            .filter(|part| !part.is_empty())
+            .collect(),
     }
 }
 
-/// User frames, then a marker, then kernel frames; innermost first, as in the text report.
-fn stack_lines(e: &Entry) -> Vec<String> {
-    let mut lines = Vec::new();
+/// User frames, then kernel frames, innermost first, as in the text report; each part under a
+/// title line.
+fn stack_parts(e: &Entry) -> [Vec<String>; 2] {
     if !e.stack_collected {
-        lines.push("(no stack: each one was under the --stack-threshold)".to_string());
+        let none = "(no stack: each one was under the --stack-threshold)".to_string();
+        return [vec![none], Vec::new()];
     }
-    let mut in_kernel = false;
-    for f in &e.frames {
-        if f.kernel && !in_kernel {
-            lines.push("-- kernel --".to_string());
-            in_kernel = true;
-        }
-        lines.push(short_frame(f));
-    }
-    lines
+    let part = |kernel: bool, title: &str| {
+        let mut lines = vec![title.to_string()];
+        lines.extend(
+            e.frames
+                .iter()
+                .filter(|f| f.kernel == kernel)
+                .map(short_frame),
+        );
+        lines
+    };
+    [part(false, "user frames:"), part(true, "kernel frames:")]
+}
+
+/// One column: user frames, then kernel frames.
+fn stack_lines(e: &Entry) -> Vec<String> {
+    stack_parts(e).into_iter().flatten().collect()
 }
 
 /// One row per (cause, kind, mode), per thread when the entries carry threads. The pane lists
@@ -487,7 +499,7 @@ fn cause_group_rows(entries: &[&Entry], report: &Report) -> Vec<Row> {
                     1 => "1 stack".to_string(),
                     n => format!("{n} stacks"),
                 },
-                detail,
+                detail: vec![detail],
             });
         }
     }
@@ -593,7 +605,7 @@ pub(crate) mod tests {
             "sample has five (cause, kind, mode) groups"
         );
         assert!(
-            causes[0].detail[0].contains("in 1"),
+            causes[0].detail[0][0].contains("in 1"),
             "{:?}",
             causes[0].detail
         );
@@ -607,6 +619,14 @@ pub(crate) mod tests {
         assert_eq!(s.on_key(key(KeyCode::Char('q'))), Some(Command::Quit));
         let ctrl_c = KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL);
         assert_eq!(s.on_key(ctrl_c), Some(Command::Quit));
+    }
+
+    #[test]
+    fn an_unpicked_selection_stays_on_top() {
+        let mut s = state();
+        s.on_key(key(KeyCode::Char('4')));
+        assert_eq!(s.selected(), 0);
+        assert_eq!(s.rows()[0].count, 2);
     }
 
     #[test]
@@ -628,11 +648,8 @@ pub(crate) mod tests {
         assert_eq!(
             top.detail,
             [
-                "munmap",
-                "scan_file",
-                "-- kernel --",
-                "__vm_munmap",
-                "do_syscall_64"
+                vec!["user frames:", "munmap", "scan_file"],
+                vec!["kernel frames:", "__vm_munmap", "do_syscall_64"]
             ]
         );
     }
