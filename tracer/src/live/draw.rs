@@ -10,7 +10,7 @@ use ratatui::{
 
 use super::state::{Column, Grouping, KindFilter, Row, ViewState, Window};
 use crate::model::{report::Kind, report::Report, LiveSnapshot};
-use crate::present::human_ns;
+use crate::present::{human_ns, text::nonzero_lost};
 
 const WARNING: Style = Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD);
 const DIM: Style = Style::new().fg(Color::DarkGray);
@@ -126,12 +126,7 @@ fn max_text(ns: u64, upper_bound: bool) -> String {
 }
 
 fn lost_line(report: &Report) -> Line<'static> {
-    let nonzero: Vec<String> = report
-        .lost
-        .iter()
-        .filter(|(_, &n)| n > 0)
-        .map(|(name, n)| format!("{name}={n}"))
-        .collect();
+    let nonzero = nonzero_lost(report);
     if nonzero.is_empty() {
         Line::from("lost events: none").style(DIM)
     } else {

@@ -181,13 +181,17 @@ fn inl(f: &Frame) -> &'static str {
     }
 }
 
-fn footer(out: &mut String, r: &Report) {
-    let nonzero: Vec<String> = r
-        .lost
+/// `name=count` of every lost or unpaired-event counter that is not zero.
+pub fn nonzero_lost(r: &Report) -> Vec<String> {
+    r.lost
         .iter()
         .filter(|(_, &n)| n > 0)
         .map(|(name, n)| format!("{name}={n}"))
-        .collect();
+        .collect()
+}
+
+fn footer(out: &mut String, r: &Report) {
+    let nonzero = nonzero_lost(r);
     let _ = writeln!(out);
     if nonzero.is_empty() {
         let _ = writeln!(out, "Lost or unpaired events: none");
