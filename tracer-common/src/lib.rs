@@ -253,10 +253,13 @@ pub enum Counter {
     SleepMapFull,
     /// The per-thread syscall or fault map was full.
     ThreadMapFull,
+    /// The timeline ring buffer was full (or user space kept too many events): a wait or hold
+    /// over the timeline threshold is in the totals and stacks but not in the timeline.
+    TimelineDropped,
 }
 
 impl Counter {
-    pub const ALL: [Counter; 17] = [
+    pub const ALL: [Counter; 18] = [
         Counter::UnpairedAcquire,
         Counter::UnpairedRelease,
         Counter::StartWhileWaiting,
@@ -274,6 +277,7 @@ impl Counter {
         Counter::HolderStackMissing,
         Counter::SleepMapFull,
         Counter::ThreadMapFull,
+        Counter::TimelineDropped,
     ];
 
     /// Stable name used in every output format.
@@ -296,6 +300,7 @@ impl Counter {
             Counter::HolderStackMissing => "holder_stack_missing",
             Counter::SleepMapFull => "sleep_map_full",
             Counter::ThreadMapFull => "thread_map_full",
+            Counter::TimelineDropped => "timeline_dropped",
         }
     }
 }
@@ -345,6 +350,9 @@ pub struct Config {
     /// Non-zero: take user stacks too.
     pub user_stacks: u32,
     pub _pad: u32,
+    /// Waits and holds at least this long are also sent to the timeline ring buffer; 0 turns
+    /// the timeline off (the default, so the hot path pays nothing for it).
+    pub timeline_threshold_ns: u64,
 }
 
 impl Config {
@@ -366,6 +374,7 @@ impl Config {
         per_thread: 0,
         user_stacks: 0,
         _pad: 0,
+        timeline_threshold_ns: 0,
     };
 }
 
@@ -474,6 +483,29 @@ pub struct SleepKey {
     pub _pad: u32,
 }
 
+/// One wait or hold over the timeline threshold, as sent through the timeline ring buffer.
+/// Stacks travel as ids into the stack map and are symbolized once, at the end.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TimelineEvent {
+    /// bpf_ktime_get_ns (CLOCK_MONOTONIC) when the wait or hold began.
+    pub start_ns: u64,
+    pub duration_ns: u64,
+    /// Target whose mm was locked.
+    pub pid: u32,
+    /// The locking thread (always set, whatever the aggregation key holds).
+    pub tid: u32,
+    /// Tgid of an outside locker, else 0.
+    pub locker_pid: u32,
+    pub kernel_stack: i32,
+    pub user_stack: i32,
+    pub kind: u8,
+    pub mode: u8,
+    /// As in AggKey: the mm syscall in progress (1 + index) and the fault flag.
+    pub syscall: u8,
+    pub fault: u8,
+}
+
 /// Key of the per-(thread, mm) lock state map.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -501,6 +533,7 @@ mod pod {
     unsafe impl aya::Pod for super::SleepKey {}
     unsafe impl aya::Pod for super::Holders {}
     unsafe impl aya::Pod for super::Blockers {}
+    unsafe impl aya::Pod for super::TimelineEvent {}
 }
 
 #[cfg(test)]
@@ -566,6 +599,13 @@ mod tests {
         ];
         assert_eq!(all, [0, 1, 2, 3]);
         assert!(all.iter().all(|&i| i < TOTALS_SLOTS));
+    }
+
+    #[test]
+    fn timeline_event_has_no_implicit_padding() {
+        // 2 x u64 + 5 x 32-bit + 2 x u8 + 2 pad bytes: the kernel and user space agree on it.
+        assert_eq!(core::mem::size_of::<TimelineEvent>(), 40);
+        assert_eq!(core::mem::align_of::<TimelineEvent>(), 8);
     }
 
     #[test]

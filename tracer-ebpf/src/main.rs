@@ -11,6 +11,7 @@ mod mmap_lock;
 mod sched;
 mod syscalls;
 mod target;
+mod timeline;
 
 #[cfg(not(test))]
 #[panic_handler]

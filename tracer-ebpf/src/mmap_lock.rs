@@ -25,6 +25,7 @@ use crate::{
     },
     syscalls,
     target::{classify, fatal_signal_pending, Locker},
+    timeline,
 };
 
 const BPF_NOEXIST: u64 = 1;
@@ -195,6 +196,7 @@ fn apply(
         let waiter = aggregate(ctx, locker, KIND_WAIT, mode, ns, reason, false, |v| {
             v.contended_ns += contended
         });
+        timeline::emit(locker, &waiter, ns);
         blockers::charge(&waiter, &st.blockers, ns);
         st.blockers.count = 0;
     }
@@ -212,6 +214,7 @@ fn apply(
             ended.blocked,
             |v| v.add_offcpu(&off),
         );
+        timeline::emit(locker, &hold, ns);
         if ended.blocked {
             remember_holder(locker, &hold, ended.hold_start_ns);
         }

@@ -1,6 +1,7 @@
 //! Command-line interface.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::{bail, Result};
 use clap::{Parser, ValueEnum};
@@ -9,6 +10,30 @@ use clap::{Parser, ValueEnum};
 pub enum Format {
     Text,
     Json,
+    /// One row per call stack, raw nanoseconds, with a header row.
+    Csv,
+}
+
+/// What flamegraph widths (--folded, --svg) measure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum WeightArg {
+    /// Time waiting for the lock (µs).
+    Wait,
+    /// Time holding the lock (µs).
+    Hold,
+    /// Number of acquisitions.
+    Count,
+}
+
+/// How the trace is shown while it runs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum View {
+    /// The top-style terminal view, refreshed every interval.
+    Live { interval: Duration },
+    /// A text report on stdout every interval (for pipes and logs).
+    Intervals { interval: Duration },
+    /// One report at the end.
+    Final,
 }
 
 /// Who waits on a process's mmap_lock, for how long, and doing what: wait and hold time per call
@@ -30,13 +55,51 @@ pub struct Cli {
     #[arg(short, long, value_name = "SECS")]
     pub duration: Option<f64>,
 
-    /// Report format.
-    #[arg(long, value_enum, default_value_t = Format::Text)]
-    pub format: Format,
+    /// Report format (default text). Giving one turns the live view off unless --live.
+    #[arg(long, value_enum)]
+    pub format: Option<Format>,
 
     /// Write the report to this file instead of stdout (replaced atomically).
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
+
+    /// Show the live view (the default when stdout is a terminal and neither --format nor -o
+    /// is given).
+    #[arg(long, conflicts_with = "no_live")]
+    pub live: bool,
+
+    /// Never show the live view.
+    #[arg(long)]
+    pub no_live: bool,
+
+    /// Refresh the live view every SECS (default 1), or without it print a report every SECS.
+    #[arg(short, long, value_name = "SECS", value_parser = parse_interval)]
+    pub interval: Option<Duration>,
+
+    /// With -i and no live view: each report covers its own interval (default: cumulative).
+    #[arg(long)]
+    pub reset: bool,
+
+    /// Also write folded stacks (flamegraph.pl / inferno input) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub folded: Option<PathBuf>,
+
+    /// Also write an SVG flamegraph to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
+
+    /// What flamegraph widths measure.
+    #[arg(long, value_enum, default_value_t = WeightArg::Wait)]
+    pub weight: WeightArg,
+
+    /// Also write every wait and hold over --threshold as Chrome trace-event JSON (Perfetto,
+    /// chrome://tracing) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub timeline: Option<PathBuf>,
+
+    /// Shortest wait or hold put on the --timeline (e.g. 500us, 1ms).
+    #[arg(long, default_value = "1ms", value_parser = parse_duration_ns, value_name = "DURATION")]
+    pub threshold: u64,
 
     /// Call-stack blocks shown in the text report.
     #[arg(short = 'n', long, default_value_t = 10, value_name = "N")]
@@ -66,6 +129,58 @@ pub struct Cli {
     /// More logging on stderr (repeat for more).
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub verbose: u8,
+}
+
+/// Default refresh of the live view.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
+
+impl Cli {
+    /// Picks the view. The live view needs a terminal on stdout; it is the default there unless
+    /// the user asked for a report format or file.
+    pub fn view(&self, stdout_is_terminal: bool) -> Result<View> {
+        let interval = self.interval.unwrap_or(DEFAULT_INTERVAL);
+        if self.live {
+            if !stdout_is_terminal {
+                bail!("--live needs a terminal on stdout (use -i SECS for reports in a pipe)");
+            }
+            return Ok(View::Live { interval });
+        }
+        let asked_for_report = self.format.is_some() || self.output.is_some();
+        if stdout_is_terminal && !self.no_live && !asked_for_report {
+            return Ok(View::Live { interval });
+        }
+        match self.interval {
+            Some(interval) => {
+                if self.output.is_none() && self.format.is_some_and(|f| f != Format::Text) {
+                    bail!("-i prints text reports on stdout; write json or csv with -o FILE");
+                }
+                Ok(View::Intervals { interval })
+            }
+            None => Ok(View::Final),
+        }
+    }
+
+    /// Whether a report of the whole trace is written at the end: always for a plain run;
+    /// after interval reports only to -o (stdout already has them); after the live view only
+    /// when --format or -o asked for one.
+    pub fn final_report_wanted(&self, view: &View) -> bool {
+        match view {
+            View::Final => true,
+            View::Intervals { .. } => self.output.is_some(),
+            View::Live { .. } => self.format.is_some() || self.output.is_some(),
+        }
+    }
+}
+
+fn parse_interval(text: &str) -> Result<Duration> {
+    let seconds: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| anyhow::anyhow!("not a number of seconds: {text:?}"))?;
+    if !(seconds >= 0.05 && seconds.is_finite()) {
+        bail!("the interval must be at least 0.05 s, got {text:?}");
+    }
+    Ok(Duration::from_secs_f64(seconds))
 }
 
 /// Parses `0`, `750ns`, `10us`, `10µs`, `2ms`, `1s` (a bare number means microseconds).
@@ -112,11 +227,100 @@ mod tests {
                 .unwrap();
         assert_eq!(cli.pid, vec![1, 2]);
         assert_eq!(cli.duration, Some(3.0));
-        assert_eq!(cli.format, Format::Json);
+        assert_eq!(cli.format, Some(Format::Json));
         assert!(
             Cli::try_parse_from(["mmapsem-trace"]).is_err(),
             "-p is required"
         );
         assert!(Cli::try_parse_from(["mmapsem-trace", "-p", "x"]).is_err());
+    }
+
+    fn cli(args: &[&str]) -> Cli {
+        Cli::try_parse_from(["mmapsem-trace", "-p", "1"].iter().chain(args)).unwrap()
+    }
+
+    #[test]
+    fn live_is_the_default_on_a_terminal_only() {
+        let second = Duration::from_secs(1);
+        assert_eq!(
+            cli(&[]).view(true).unwrap(),
+            View::Live { interval: second }
+        );
+        assert_eq!(cli(&[]).view(false).unwrap(), View::Final);
+        assert_eq!(cli(&["--format", "json"]).view(true).unwrap(), View::Final);
+        assert_eq!(cli(&["-o", "r.txt"]).view(true).unwrap(), View::Final);
+        assert_eq!(cli(&["--no-live"]).view(true).unwrap(), View::Final);
+        assert_eq!(
+            cli(&["--live", "--format", "csv", "-i", "2"])
+                .view(true)
+                .unwrap(),
+            View::Live {
+                interval: Duration::from_secs(2)
+            }
+        );
+        assert!(cli(&["--live"]).view(false).is_err(), "no terminal");
+        assert!(Cli::try_parse_from(["mmapsem-trace", "-p", "1", "--live", "--no-live"]).is_err());
+        // Exports alone keep the live view.
+        assert!(matches!(
+            cli(&["--svg", "x.svg"]).view(true).unwrap(),
+            View::Live { .. }
+        ));
+    }
+
+    #[test]
+    fn intervals_without_a_terminal() {
+        let view = cli(&["-i", "0.5"]).view(false).unwrap();
+        assert_eq!(
+            view,
+            View::Intervals {
+                interval: Duration::from_millis(500)
+            }
+        );
+        assert_eq!(
+            cli(&["-i", "2", "--no-live"]).view(true).unwrap(),
+            View::Intervals {
+                interval: Duration::from_secs(2)
+            }
+        );
+        assert!(cli(&["-i", "1", "--format", "json"]).view(false).is_err());
+        assert!(cli(&["-i", "1", "--format", "json", "-o", "r.json"])
+            .view(false)
+            .is_ok());
+        assert!(Cli::try_parse_from(["mmapsem-trace", "-p", "1", "-i", "0"]).is_err());
+    }
+
+    #[test]
+    fn final_report_after_live_only_when_asked() {
+        let live = View::Live {
+            interval: DEFAULT_INTERVAL,
+        };
+        assert!(!cli(&[]).final_report_wanted(&live));
+        assert!(cli(&["-o", "r.txt", "--live"]).final_report_wanted(&live));
+        assert!(cli(&[]).final_report_wanted(&View::Final));
+        let intervals = View::Intervals {
+            interval: DEFAULT_INTERVAL,
+        };
+        assert!(!cli(&["-i", "1"]).final_report_wanted(&intervals));
+        assert!(cli(&["-i", "1", "-o", "r.txt"]).final_report_wanted(&intervals));
+    }
+
+    #[test]
+    fn export_flags() {
+        let c = cli(&[
+            "--folded",
+            "f.txt",
+            "--svg",
+            "f.svg",
+            "--weight",
+            "hold",
+            "--timeline",
+            "t.json",
+            "--threshold",
+            "500us",
+        ]);
+        assert_eq!(c.weight, WeightArg::Hold);
+        assert_eq!(c.threshold, 500_000);
+        assert_eq!(c.timeline.as_deref(), Some(std::path::Path::new("t.json")));
+        assert_eq!(cli(&[]).threshold, 1_000_000);
     }
 }

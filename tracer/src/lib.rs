@@ -2,9 +2,14 @@
 //! per call stack, with eBPF programs on the mmap_lock tracepoints.
 //!
 //! Data flows one way: `probes` (the only aya user) loads the programs and harvests their maps;
-//! `symbolize` resolves stacks; `model` turns both into a `Report`; `present` renders it.
+//! `symbolize` resolves stacks; `model` turns both into a `Report`; `present` renders it, and
+//! `live` (the only ratatui user) shows running snapshots that `collect` hands it.
 
 pub mod cli;
+pub mod collect;
+pub mod exports;
+pub mod intervals;
+pub mod live;
 pub mod model;
 pub mod output;
 pub mod present;

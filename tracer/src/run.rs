@@ -1,39 +1,36 @@
-//! One trace from start to report: checks, load, wait for the end, harvest, report.
+//! One trace from start to report: checks, load, show it while it runs (live view, interval
+//! reports, or nothing), then harvest and write the report and exports, whatever ended it.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::io::IsTerminal as _;
+use std::time::Instant;
 
 use anyhow::{Context as _, Result};
-use tokio::signal::unix::{signal, SignalKind};
 
-use crate::cli::{Cli, Format};
-use crate::model::{build_report, TraceMeta};
-use crate::output::Destination;
-use crate::present;
+use crate::cli::{Cli, View};
+use crate::collect::{watch_until_done, NoSink, Watch, Windows};
+use crate::exports::{Outputs, TimelineData};
+use crate::intervals::IntervalPrinter;
+use crate::live;
+use crate::model::{build_report, delta, timeline, Harvest, TraceMeta};
 use crate::probes::{ProbeSettings, Probes};
-use crate::symbolize::symbolize;
+use crate::symbolize::StackSymbolizer;
 use crate::system::{
     btf::KernelOffsets,
     privilege::check_tracing_privilege,
-    procfs::{self, MappingHistory},
+    procfs,
     tracefs::{Tracefs, MMAP_LOCK_ACQUIRED, MMAP_LOCK_RELEASED, MMAP_LOCK_START},
 };
-
-/// How often liveness and thread counts are sampled.
-const TICK: Duration = Duration::from_millis(100);
-/// How often executable mappings are re-read (reading /proc/PID/maps takes the target's lock).
-const MAPPINGS_EVERY: Duration = Duration::from_secs(1);
+use tracer_common::Counter;
 
 pub fn run(cli: Cli) -> Result<()> {
     init_logging(cli.verbose);
     for &pid in &cli.pid {
         procfs::require_process(pid)?;
     }
-    let destination = match &cli.output {
-        Some(path) => Destination::File(path.clone()),
-        None => Destination::Stdout,
-    };
-    destination.check_writable()?;
+    let view = cli.view(std::io::stdout().is_terminal())?;
+    let outputs = Outputs::from_cli(&cli, &view);
+    outputs.check_writable()?;
     check_tracing_privilege()?;
     let tracefs = Tracefs::locate()?;
     for tp in [MMAP_LOCK_START, MMAP_LOCK_ACQUIRED, MMAP_LOCK_RELEASED] {
@@ -42,10 +39,18 @@ pub fn run(cli: Cli) -> Result<()> {
     let offsets = KernelOffsets::from_running_kernel()?;
     let settings = ProbeSettings {
         stack_threshold_ns: cli.stack_threshold,
-        per_thread: cli.per_thread,
+        // The live view can switch to per-thread rows at any time: collect per thread and
+        // merge threads in user space when they are not wanted.
+        per_thread: cli.per_thread || matches!(view, View::Live { .. }),
         user_stacks: !cli.no_user_stacks,
         max_entries: cli.max_entries,
         max_stacks: cli.max_stacks,
+        // Never 0 when asked for: 0 means off.
+        timeline_threshold_ns: if outputs.wants_timeline() {
+            cli.threshold.max(1)
+        } else {
+            0
+        },
     };
     let mut probes = Probes::load(&settings, &tracefs, &offsets)?;
     for &pid in &cli.pid {
@@ -54,6 +59,7 @@ pub fn run(cli: Cli) -> Result<()> {
             log::debug!("mm of pid {pid} not discovered yet; its first lock will register it");
         }
     }
+    let origin_ns = monotonic_ns();
     probes.set_armed(true)?;
 
     let comm = cli
@@ -63,12 +69,17 @@ pub fn run(cli: Cli) -> Result<()> {
         .collect::<Vec<_>>()
         .join(",");
     eprintln!(
-        "mmapsem-trace: attached to mmap_lock tracepoints; tracing pid {} ({comm}); Ctrl-C to stop",
+        "mmapsem-trace: attached to mmap_lock tracepoints; tracing pid {} ({comm}); {}",
         cli.pid
             .iter()
             .map(u32::to_string)
             .collect::<Vec<_>>()
             .join(","),
+        if matches!(view, View::Live { .. }) {
+            "q to stop"
+        } else {
+            "Ctrl-C to stop"
+        }
     );
 
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -76,22 +87,107 @@ pub fn run(cli: Cli) -> Result<()> {
         .enable_io()
         .build()
         .context("starting the event loop")?;
-    let watch = runtime.block_on(watch_until_done(&cli.pid, cli.duration))?;
+    let windows = Windows::new(&cli.pid, &comm, cli.stack_threshold);
+    let (watch, symbolizer) = match view {
+        View::Final => {
+            let watch = runtime.block_on(watch_until_done(
+                &cli.pid,
+                cli.duration,
+                &mut probes,
+                &mut NoSink,
+            ))?;
+            (watch, StackSymbolizer::new())
+        }
+        View::Intervals { interval } => {
+            let mut printer =
+                IntervalPrinter::new(windows, interval, cli.reset, cli.per_thread, cli.top);
+            let watch = runtime.block_on(watch_until_done(
+                &cli.pid,
+                cli.duration,
+                &mut probes,
+                &mut printer,
+            ))?;
+            let windows = printer.finish(&probes, &watch)?;
+            (watch, windows.into_symbolizer())
+        }
+        View::Live { interval } => {
+            let mut view = live::LiveView::start(windows, interval, cli.per_thread)?;
+            let watch = runtime.block_on(watch_until_done(
+                &cli.pid,
+                cli.duration,
+                &mut probes,
+                &mut view,
+            ));
+            // The terminal is restored before anything else is printed, even on an error.
+            let windows = view.finish();
+            (watch?, windows.into_symbolizer())
+        }
+    };
+    if watch.exited {
+        eprintln!("mmapsem-trace: target exited; the report covers the trace until then");
+    }
+    finish(
+        &cli,
+        &outputs,
+        probes,
+        watch,
+        symbolizer,
+        settings.per_thread,
+        comm,
+        origin_ns,
+    )
+}
 
+/// Harvests, symbolizes (reusing what the views already symbolized) and writes every output.
+#[allow(clippy::too_many_arguments)]
+fn finish(
+    cli: &Cli,
+    outputs: &Outputs,
+    probes: Probes,
+    watch: Watch,
+    mut symbolizer: StackSymbolizer,
+    collected_per_thread: bool,
+    comm: String,
+    origin_ns: u64,
+) -> Result<()> {
     let phase = Instant::now();
-    let harvest = probes.harvest()?;
+    let mut harvest = probes.harvest()?;
     log::info!(
-        "harvested {} entries in {:?}",
+        "harvested {} entries, {} timeline events in {:?}",
         harvest.entries.len(),
+        harvest.timeline.len(),
         phase.elapsed()
     );
+    if collected_per_thread && !cli.per_thread {
+        harvest = Harvest {
+            timeline: std::mem::take(&mut harvest.timeline),
+            ..delta::without_threads(&harvest)
+        };
+    }
     let phase = Instant::now();
-    let symbols = symbolize(&harvest, &watch.mappings);
+    symbolizer.forget_unresolved();
+    symbolizer.add(&harvest, &watch.mappings);
+    let symbols = symbolizer.into_symbols();
     log::info!(
         "symbolized {} stacks in {:?}",
         symbols.len(),
         phase.elapsed()
     );
+    let mut processes: HashMap<u32, String> = harvest.locker_comms.clone();
+    for &pid in &cli.pid {
+        processes.insert(pid, procfs::comm(pid).unwrap_or_else(|| comm.clone()));
+    }
+    let timeline_data = TimelineData {
+        slices: timeline::slices(&harvest.timeline, &symbols, origin_ns),
+        processes,
+        threads: watch.thread_names.clone(),
+        threshold_ns: cli.threshold,
+        dropped: harvest
+            .counters
+            .iter()
+            .find(|(c, _)| *c == Counter::TimelineDropped)
+            .map_or(0, |(_, n)| *n),
+    };
     let meta = TraceMeta {
         pids: cli.pid.clone(),
         comm,
@@ -100,20 +196,25 @@ pub fn run(cli: Cli) -> Result<()> {
         thread_time_ns: watch.thread_time_ns,
         exited: watch.exited,
         stack_threshold_ns: cli.stack_threshold,
+        thread_names: watch.thread_names,
     };
     let report = build_report(&harvest, &symbols, &meta);
-    let rendered = match cli.format {
-        Format::Text => present::text::render(&report, cli.top),
-        Format::Json => present::json::render(&report)?,
-    };
-    destination.write(&rendered)?;
-    if watch.exited {
-        eprintln!("mmapsem-trace: target exited; the report covers the trace until then");
-    }
-    if let Destination::File(path) = &destination {
-        eprintln!("mmapsem-trace: report written to {}", path.display());
+    for path in outputs.write(&report, &timeline_data)? {
+        eprintln!("mmapsem-trace: wrote {}", path.display());
     }
     Ok(())
+}
+
+/// CLOCK_MONOTONIC now: the clock of bpf_ktime_get_ns, so timeline times can be made relative
+/// to the start of the trace.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes a valid timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 fn init_logging(verbose: u8) {
@@ -126,61 +227,4 @@ fn init_logging(verbose: u8) {
         .filter_level(level)
         .parse_default_env()
         .try_init();
-}
-
-/// What was learned about the targets while the programs ran.
-struct Watch {
-    elapsed: Duration,
-    exited: bool,
-    max_threads: usize,
-    thread_time_ns: u64,
-    mappings: HashMap<u32, MappingHistory>,
-}
-
-/// Waits for the end of the trace (duration, Ctrl-C, SIGTERM, SIGHUP, or every target gone)
-/// while sampling thread counts and executable mappings.
-async fn watch_until_done(pids: &[u32], duration: Option<f64>) -> Result<Watch> {
-    let start = Instant::now();
-    let deadline = duration.map(|secs| start + Duration::from_secs_f64(secs.max(0.0)));
-    let mut terminate = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
-    let mut hangup = signal(SignalKind::hangup()).context("installing SIGHUP handler")?;
-    let mut interrupt = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
-    let mut tick = tokio::time::interval(TICK);
-    let mut watch = Watch {
-        elapsed: Duration::ZERO,
-        exited: false,
-        max_threads: 0,
-        thread_time_ns: 0,
-        mappings: HashMap::new(),
-    };
-    let mut last_sample = Instant::now();
-    let mut last_mappings: Option<Instant> = None;
-    loop {
-        let now = Instant::now();
-        let threads: usize = pids.iter().map(|&p| procfs::thread_count(p)).sum();
-        watch.max_threads = watch.max_threads.max(threads);
-        watch.thread_time_ns += threads as u64 * now.duration_since(last_sample).as_nanos() as u64;
-        last_sample = now;
-        if last_mappings.is_none_or(|t| now.duration_since(t) >= MAPPINGS_EVERY) {
-            for &pid in pids {
-                watch.mappings.entry(pid).or_default().refresh(pid);
-            }
-            last_mappings = Some(now);
-        }
-        if !pids.iter().any(|&p| procfs::is_alive(p)) {
-            watch.exited = true;
-            break;
-        }
-        if deadline.is_some_and(|d| now >= d) {
-            break;
-        }
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = interrupt.recv() => break,
-            _ = terminate.recv() => break,
-            _ = hangup.recv() => break,
-        }
-    }
-    watch.elapsed = start.elapsed();
-    Ok(watch)
 }

@@ -13,31 +13,79 @@ use blazesym::symbolize::{
 use crate::model::{Frame, Harvest, StackRef, Symbols};
 use crate::system::procfs::MappingHistory;
 
-/// Symbolizes every stack the harvest refers to (entries, the holders they waited behind, the
-/// stacks holders slept in).
+/// Symbolizes every stack the harvest refers to: entries, the holders they waited behind, the
+/// stacks holders slept in, timeline events.
 pub fn symbolize(harvest: &Harvest, mappings: &HashMap<u32, MappingHistory>) -> Symbols {
-    let symbolizer = Symbolizer::builder()
-        .enable_code_info(true)
-        .enable_inlined_fns(true)
-        .build();
-    let empty = MappingHistory::default();
-    let mut symbols = Symbols::new();
-    for stack in harvest.stack_refs() {
-        let (id, frames) = match stack {
-            StackRef::Kernel(id) => (id, None),
-            StackRef::User { pid, id } => (id, Some(mappings.get(&pid).unwrap_or(&empty))),
-        };
-        let Some(addrs) = harvest.stacks.get(&id) else {
-            continue;
-        };
-        let resolved = match frames {
-            None => kernel_frames(&symbolizer, addrs),
-            Some(history) => user_frames(&symbolizer, addrs, history),
-        };
-        symbols.insert(stack, resolved);
-    }
-    symbols
+    let mut symbolizer = StackSymbolizer::new();
+    symbolizer.add(harvest, mappings);
+    symbolizer.into_symbols()
 }
+
+/// Symbolizes stacks once and keeps them: the live and interval views see the same stack ids
+/// again every refresh, and blazesym's first look at an object is slow. Stack ids are stable
+/// (the tracer never deletes from the stack map), so an id names one stack for the whole trace.
+pub struct StackSymbolizer {
+    symbolizer: Symbolizer,
+    symbols: Symbols,
+}
+
+impl Default for StackSymbolizer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl StackSymbolizer {
+    pub fn new() -> Self {
+        Self {
+            symbolizer: Symbolizer::builder()
+                .enable_code_info(true)
+                .enable_inlined_fns(true)
+                .build(),
+            symbols: Symbols::new(),
+        }
+    }
+
+    pub fn symbols(&self) -> &Symbols {
+        &self.symbols
+    }
+
+    pub fn into_symbols(self) -> Symbols {
+        self.symbols
+    }
+
+    /// Symbolizes the stacks of `harvest` not symbolized yet.
+    pub fn add(&mut self, harvest: &Harvest, mappings: &HashMap<u32, MappingHistory>) {
+        let empty = MappingHistory::default();
+        for stack in harvest.stack_refs() {
+            if self.symbols.contains_key(&stack) {
+                continue;
+            }
+            let (id, history) = match stack {
+                StackRef::Kernel(id) => (id, None),
+                StackRef::User { pid, id } => (id, Some(mappings.get(&pid).unwrap_or(&empty))),
+            };
+            let Some(addrs) = harvest.stacks.get(&id) else {
+                continue;
+            };
+            let frames = match history {
+                None => kernel_frames(&self.symbolizer, addrs),
+                Some(history) => user_frames(&self.symbolizer, addrs, history),
+            };
+            self.symbols.insert(stack, frames);
+        }
+    }
+
+    /// Forgets user stacks with frames outside every known mapping, so that a later `add`
+    /// retries them once the mappings have been re-read (a library loaded after the last look).
+    pub fn forget_unresolved(&mut self) {
+        self.symbols.retain(|key, frames| {
+            matches!(key, StackRef::Kernel(_)) || frames.iter().all(|f| f.module != UNKNOWN_MODULE)
+        });
+    }
+}
+
+const UNKNOWN_MODULE: &str = "[unknown]";
 
 /// Return addresses point after the call: look up the call instruction itself so that the
 /// line is the call site's (the innermost frame is an exact ip).
@@ -78,7 +126,7 @@ fn user_frames(symbolizer: &Symbolizer, addrs: &[u64], history: &MappingHistory)
         let lookup = lookup_addr(i, addr);
         let Some(mapping) = history.find(lookup) else {
             frames.push(Frame {
-                module: "[unknown]".into(),
+                module: UNKNOWN_MODULE.into(),
                 addr,
                 ..Frame::default()
             });

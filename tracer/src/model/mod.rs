@@ -2,25 +2,30 @@
 //! No I/O here; presenters (text, JSON) only read the `Report`.
 
 pub mod cause;
+pub mod delta;
 pub mod histogram;
 pub mod report;
+pub mod timeline;
 
 use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 use tracer_common::{
     AggKey, AggValue, BlockKey, BlockValue, Counter, ModeTotals, SleepKey, SyscallTotals,
-    FAULT_SLOTS, MM_SYSCALLS, TOTALS_SLOTS,
+    TimelineEvent, FAULT_SLOTS, MM_SYSCALLS, TOTALS_SLOTS,
 };
 
 pub use cause::Cause;
 pub use report::{build_report, Report, TraceMeta};
 
 /// One aggregation-map entry, per-CPU values merged.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RawEntry {
     pub key: AggKey,
     pub value: AggValue,
+    /// Set on per-interval entries whose `max_ns` is an upper bound, not the exact maximum
+    /// (see `delta::since`).
+    pub max_is_upper_bound: bool,
 }
 
 /// Waits and holds still open when tracing stopped.
@@ -30,7 +35,7 @@ pub struct InFlight {
     pub holds: u64,
 }
 
-/// Everything read from the kernel maps at the end of a trace.
+/// Everything read from the kernel maps: at the end of a trace, or as a running snapshot.
 #[derive(Clone, Debug, Default)]
 pub struct Harvest {
     pub entries: Vec<RawEntry>,
@@ -48,6 +53,9 @@ pub struct Harvest {
     pub syscalls: [SyscallTotals; MM_SYSCALLS.len()],
     pub faults: [u64; FAULT_SLOTS as usize],
     pub features: Features,
+    /// Waits and holds over the timeline threshold, oldest first (empty in snapshots and when
+    /// no timeline was asked for).
+    pub timeline: Vec<TimelineEvent>,
 }
 
 impl Harvest {
@@ -73,6 +81,13 @@ impl Harvest {
         for (key, _) in &self.sleeps {
             refs.insert(StackRef::Kernel(key.stack));
         }
+        for event in &self.timeline {
+            refs.insert(StackRef::Kernel(event.kernel_stack));
+            refs.insert(StackRef::User {
+                pid: stack_owner(event.pid, event.locker_pid),
+                id: event.user_stack,
+            });
+        }
         refs.retain(|r| match r {
             StackRef::Kernel(id) | StackRef::User { id, .. } => *id >= 0,
         });
@@ -81,21 +96,21 @@ impl Harvest {
 }
 
 /// User stacks of outside lockers belong to the locker's address space, not the target's.
-pub fn user_stack_owner(key: &AggKey) -> u32 {
-    if key.locker_pid != 0 {
-        key.locker_pid
+pub fn stack_owner(pid: u32, locker_pid: u32) -> u32 {
+    if locker_pid != 0 {
+        locker_pid
     } else {
-        key.pid
+        pid
     }
+}
+
+pub fn user_stack_owner(key: &AggKey) -> u32 {
+    stack_owner(key.pid, key.locker_pid)
 }
 
 /// A holder's user stack belongs to the outside locker, or else to the target the waiter is in.
 pub fn holder_stack_owner(key: &BlockKey) -> u32 {
-    if key.holder.outside_pid != 0 {
-        key.holder.outside_pid
-    } else {
-        key.waiter.pid
-    }
+    stack_owner(key.waiter.pid, key.holder.outside_pid)
 }
 
 /// Which optional tracepoint families were attached (the kernel may lack some).
@@ -109,6 +124,21 @@ pub struct Features {
     pub syscalls: bool,
     /// tp_btf/sched_switch: holders' off-CPU time.
     pub offcpu: bool,
+}
+
+/// What the live view shows at one refresh: the last interval, and everything since the start
+/// of the trace or the last reset.
+#[derive(Clone, Debug)]
+pub struct LiveSnapshot {
+    pub interval: Report,
+    pub cumulative: Report,
+    /// Since the trace started (resets do not restart it).
+    pub elapsed_ns: u64,
+    pub threads_now: usize,
+    /// Entries are per thread (the reports' entries carry tids).
+    pub per_thread: bool,
+    /// The cumulative window starts at a reset, not at the start of the trace.
+    pub was_reset: bool,
 }
 
 /// One symbolized stack frame.

@@ -34,6 +34,15 @@ pub enum Mode {
 }
 
 impl Kind {
+    /// From the kernel's `KIND_WAIT` / `KIND_HOLD`.
+    pub fn from_raw(kind: u8) -> Kind {
+        if kind == KIND_WAIT {
+            Kind::Wait
+        } else {
+            Kind::Hold
+        }
+    }
+
     pub fn label(self) -> &'static str {
         match self {
             Kind::Wait => "wait",
@@ -43,6 +52,15 @@ impl Kind {
 }
 
 impl Mode {
+    /// From the kernel's `MODE_READ` / `MODE_WRITE`.
+    pub fn from_raw(mode: u8) -> Mode {
+        if mode == MODE_WRITE {
+            Mode::Write
+        } else {
+            Mode::Read
+        }
+    }
+
     pub fn label(self) -> &'static str {
         match self {
             Mode::Read => "read",
@@ -62,6 +80,8 @@ pub struct TraceMeta {
     pub thread_time_ns: u64,
     pub exited: bool,
     pub stack_threshold_ns: u64,
+    /// Thread id -> name, for per-thread entries.
+    pub thread_names: HashMap<u32, String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -151,6 +171,13 @@ pub struct Entry {
     pub sleep_frames: Vec<Frame>,
     /// Holds: the waiting this stack caused; null for waits.
     pub blocked_others: Option<BlockedOthers>,
+    /// Per-interval views only: `max_ns` bounds the interval's maximum from above (it did not
+    /// beat the earlier record, so only its histogram slot is known).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub max_is_upper_bound: bool,
+    /// Name (comm) of thread `tid`, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thread_name: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -209,7 +236,7 @@ pub struct Faults {
 const MAX_TIDS: usize = 8;
 
 pub fn build_report(harvest: &Harvest, symbols: &Symbols, meta: &TraceMeta) -> Report {
-    let entries = sorted_entries(harvest, symbols);
+    let entries = sorted_entries(harvest, symbols, meta);
     let totals = totals_of(harvest, &[0, 1, 2, 3]);
     let own_wait_ns: u64 = harvest.totals[..2].iter().map(|t| t.wait_ns).sum();
     Report {
@@ -272,8 +299,8 @@ fn totals_of(harvest: &Harvest, slots: &[usize]) -> Totals {
     Totals { read, write }
 }
 
-fn sorted_entries(harvest: &Harvest, symbols: &Symbols) -> Vec<Entry> {
-    let index = Index::new(harvest, symbols);
+fn sorted_entries(harvest: &Harvest, symbols: &Symbols, meta: &TraceMeta) -> Vec<Entry> {
+    let index = Index::new(harvest, symbols, meta);
     let mut entries: Vec<Entry> = harvest
         .entries
         .iter()
@@ -323,13 +350,14 @@ impl HolderSig {
 struct Index<'a> {
     harvest: &'a Harvest,
     symbols: &'a Symbols,
+    meta: &'a TraceMeta,
     blocked_by_waiter: HashMap<AggKey, Vec<&'a (BlockKey, BlockValue)>>,
     blocked_by_holder: HashMap<HolderSig, BlockedOthers>,
     sleeps_by_hold: HashMap<AggKey, Vec<(i32, u64)>>,
 }
 
 impl<'a> Index<'a> {
-    fn new(harvest: &'a Harvest, symbols: &'a Symbols) -> Self {
+    fn new(harvest: &'a Harvest, symbols: &'a Symbols, meta: &'a TraceMeta) -> Self {
         let mut blocked_by_waiter: HashMap<AggKey, Vec<_>> = HashMap::new();
         let mut blocked_by_holder: HashMap<HolderSig, BlockedOthers> = HashMap::new();
         for record in &harvest.blocked {
@@ -354,6 +382,7 @@ impl<'a> Index<'a> {
         Self {
             harvest,
             symbols,
+            meta,
             blocked_by_waiter,
             blocked_by_holder,
             sleeps_by_hold,
@@ -369,22 +398,7 @@ impl<'a> Index<'a> {
 
     /// User frames (of `pid`'s address space) then kernel frames.
     fn frames(&self, kernel_stack: i32, user_stack: i32, pid: u32) -> Vec<Frame> {
-        let user = (user_stack != NO_STACK)
-            .then(|| {
-                self.symbols.get(&StackRef::User {
-                    pid,
-                    id: user_stack,
-                })
-            })
-            .flatten();
-        let mut frames: Vec<Frame> = user.cloned().unwrap_or_default();
-        frames.extend(
-            self.kernel(kernel_stack)
-                .unwrap_or_default()
-                .iter()
-                .cloned(),
-        );
-        frames
+        stack_frames(self.symbols, kernel_stack, user_stack, pid).1
     }
 
     fn locker(&self, pid: u32) -> Option<Locker> {
@@ -399,8 +413,8 @@ impl<'a> Index<'a> {
         let kernel = self.kernel(k.kernel_stack);
         let is_wait = k.kind == KIND_WAIT;
         Entry {
-            kind: if is_wait { Kind::Wait } else { Kind::Hold },
-            mode: mode_of(k.mode),
+            kind: Kind::from_raw(k.kind),
+            mode: Mode::from_raw(k.mode),
             cause: cause_of(k.syscall, k.fault, kernel),
             count: v.count,
             total_ns: v.total_ns,
@@ -432,6 +446,10 @@ impl<'a> Index<'a> {
             } else {
                 self.sleep_frames(k)
             },
+            max_is_upper_bound: raw.max_is_upper_bound,
+            thread_name: (k.tid != 0)
+                .then(|| self.meta.thread_names.get(&k.tid).cloned())
+                .flatten(),
             blocked_others: (!is_wait).then(|| {
                 self.blocked_by_holder
                     .get(&HolderSig::of_hold(k))
@@ -449,7 +467,7 @@ impl<'a> Index<'a> {
             let blocker = merged
                 .entry(HolderSig::of_holder(h))
                 .or_insert_with(|| Blocker {
-                    mode: mode_of(h.mode),
+                    mode: Mode::from_raw(h.mode),
                     cause: cause_of(h.syscall, h.fault, self.kernel(h.kernel_stack)),
                     outside_locker: h.outside_pid != 0,
                     locker: self.locker(h.outside_pid),
@@ -487,12 +505,34 @@ impl<'a> Index<'a> {
     }
 }
 
-fn mode_of(mode: u8) -> Mode {
-    if mode == MODE_WRITE {
-        Mode::Write
-    } else {
-        Mode::Read
-    }
+/// The kernel stack's frames (for classification) and the frames to show: user frames then
+/// kernel frames, innermost first, without the tracepoint machinery. `owner` is the process
+/// whose address space the user stack belongs to.
+pub fn stack_frames(
+    symbols: &Symbols,
+    kernel_stack: i32,
+    user_stack: i32,
+    owner: u32,
+) -> (Option<&[Frame]>, Vec<Frame>) {
+    let kernel = (kernel_stack != NO_STACK)
+        .then(|| symbols.get(&StackRef::Kernel(kernel_stack)))
+        .flatten();
+    let user = (user_stack != NO_STACK)
+        .then(|| {
+            symbols.get(&StackRef::User {
+                pid: owner,
+                id: user_stack,
+            })
+        })
+        .flatten();
+    let mut frames: Vec<Frame> = user.cloned().unwrap_or_default();
+    frames.extend(
+        kernel
+            .map_or(&[][..], |k| without_tracing_frames(k))
+            .iter()
+            .cloned(),
+    );
+    (kernel.map(Vec::as_slice), frames)
 }
 
 /// The innermost kernel frames are the tracing machinery (the stack is taken inside a
@@ -539,7 +579,7 @@ struct CauseGroup {
 }
 
 /// Groups entries by (cause, kind, mode), merging histograms for the p99.
-fn cause_rows(entries: &[Entry]) -> Vec<CauseRow> {
+pub fn cause_rows(entries: &[Entry]) -> Vec<CauseRow> {
     let mut groups: HashMap<(Cause, Kind, Mode), CauseGroup> = HashMap::new();
     for e in entries {
         let g = groups
@@ -612,6 +652,7 @@ pub(crate) mod tests {
             value.add(ns);
         }
         RawEntry {
+            max_is_upper_bound: false,
             key: AggKey {
                 pid: 42,
                 tid: if locker_pid != 0 { 77 } else { 0 },
@@ -680,6 +721,7 @@ pub(crate) mod tests {
             thread_time_ns: 4_000_000_000,
             exited: false,
             stack_threshold_ns: 10_000,
+            thread_names: HashMap::new(),
         };
         (harvest, symbols, meta)
     }

@@ -182,7 +182,7 @@ fn block(out: &mut String, e: &Entry, threshold_ns: u64) {
     if let Some(contended) = e.contended_ns.filter(|&ns| ns > 0) {
         let _ = writeln!(
             out,
-            "--- asleep in the rwsem slow path: {} ({:.0}% of the wait)",
+            "--> asleep in the rwsem slow path: {} ({:.0}% of the wait)",
             human_ns(contended),
             percent(contended, e.total_ns)
         );
@@ -192,7 +192,7 @@ fn block(out: &mut String, e: &Entry, threshold_ns: u64) {
     if let Some(caused) = e.blocked_others.as_ref().filter(|b| b.count > 0) {
         let _ = writeln!(
             out,
-            "--- blocked others: {} of waiting, {} waits",
+            "--> blocked others: {} of waiting, {} waits",
             human_ns(caused.wait_ns),
             caused.count
         );
@@ -215,7 +215,7 @@ fn waited_behind(out: &mut String, e: &Entry) {
         };
         let _ = writeln!(
             out,
-            "--- waited behind: {:.0}% ({}) a {} hold [{}], {who}",
+            "--> waited behind: {:.0}% ({}) a {} hold [{}], {who}",
             b.share * 100.0,
             human_ns(b.wait_ns),
             b.mode.label(),
@@ -234,7 +234,7 @@ fn waited_behind(out: &mut String, e: &Entry) {
     if e.blocked_by.len() > BLOCKERS_SHOWN {
         let _ = writeln!(
             out,
-            "--- waited behind {} more holder stacks",
+            "--> waited behind {} more holder stacks",
             e.blocked_by.len() - BLOCKERS_SHOWN
         );
     }
@@ -249,7 +249,7 @@ fn asleep_while_holding(out: &mut String, e: &Entry) {
     }
     let _ = writeln!(
         out,
-        "--- off CPU while holding: runnable {:.0}% ({}), asleep {:.0}% ({}, {} in D state)",
+        "--> off CPU while holding: runnable {:.0}% ({}), asleep {:.0}% ({}, {} in D state)",
         percent(off.runnable_ns, e.total_ns),
         human_ns(off.runnable_ns),
         percent(off.sleeping_ns, e.total_ns),
@@ -257,7 +257,7 @@ fn asleep_while_holding(out: &mut String, e: &Entry) {
         human_ns(off.uninterruptible_ns)
     );
     if !e.sleep_frames.is_empty() {
-        let _ = writeln!(out, "--- asleep while holding, mostly in:");
+        let _ = writeln!(out, "--> asleep while holding, mostly in:");
         for f in e.sleep_frames.iter().take(BLOCKER_FRAMES_SHOWN) {
             let _ = writeln!(out, "      === {}", frame_line(f));
         }
@@ -315,13 +315,17 @@ fn inl(f: &Frame) -> &'static str {
     }
 }
 
-fn footer(out: &mut String, r: &Report) {
-    let nonzero: Vec<String> = r
-        .lost
+/// `name=count` of every lost or unpaired-event counter that is not zero.
+pub fn nonzero_lost(r: &Report) -> Vec<String> {
+    r.lost
         .iter()
         .filter(|(_, &n)| n > 0)
         .map(|(name, n)| format!("{name}={n}"))
-        .collect();
+        .collect()
+}
+
+fn footer(out: &mut String, r: &Report) {
+    let nonzero = nonzero_lost(r);
     let _ = writeln!(out);
     if nonzero.is_empty() {
         let _ = writeln!(out, "Lost or unpaired events: none");
@@ -394,13 +398,13 @@ mod tests {
         for line in [
             "Page faults: 1000 by the target, 3 took mmap_lock (fell back from the per-VMA lock); 10 filemap faults, 1 of them under mmap_lock",
             "munmap            2   50.00 ms   25.00 ms      8.00 ms     40.00 ms",
-            "--- waited behind: 75% (750.0 µs) a write hold [munmap], tid 7",
+            "--> waited behind: 75% (750.0 µs) a write hold [munmap], tid 7",
             "      === /usr/bin/app (munmap)",
-            "--- waited behind: 25% (250.0 µs) a write hold [no stack (short)], tid 8",
+            "--> waited behind: 25% (250.0 µs) a write hold [no stack (short)], tid 8",
             "      (holder stack not known: still holding, or below the threshold)",
-            "--- off CPU while holding: runnable 12% (5.00 ms), asleep 50% (20.00 ms, 15.00 ms in D state)",
-            "--- asleep while holding, mostly in:\n      === kernel (io_schedule)",
-            "--- blocked others: 750.0 µs of waiting, 2 waits",
+            "--> off CPU while holding: runnable 12% (5.00 ms), asleep 50% (20.00 ms, 15.00 ms in D state)",
+            "--> asleep while holding, mostly in:\n      === kernel (io_schedule)",
+            "--> blocked others: 750.0 µs of waiting, 2 waits",
         ] {
             assert!(text.contains(line), "missing {line:?} in:\n{text}");
         }

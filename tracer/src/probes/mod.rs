@@ -6,6 +6,7 @@ mod faults;
 mod mmap_lock;
 mod sched;
 mod syscalls;
+mod timeline;
 
 use std::collections::{HashMap, HashSet};
 
@@ -13,14 +14,15 @@ use anyhow::{anyhow, Context as _, Result};
 use aya::{
     maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap, StackTraceMap},
     programs::TracePoint,
-    Ebpf, EbpfLoader,
+    Ebpf, EbpfLoader, Pod,
 };
 use tracer_common::{
-    AggValue, BlockKey, BlockValue, Config, Counter, LockState, ModeTotals, SleepKey, StateKey,
-    SyscallTotals, COUNTER_SLOTS,
+    AggValue, BlockValue, Config, Counter, LockState, ModeTotals, StateKey, SyscallTotals,
+    COUNTER_SLOTS,
 };
 
-use crate::model::{Features, Harvest, InFlight, RawEntry};
+use self::timeline::TimelineReader;
+use crate::model::{Features, Harvest, InFlight, RawEntry, StackRef};
 use crate::system::{
     btf::KernelOffsets,
     tracefs::{Needed, Tracefs},
@@ -37,11 +39,15 @@ pub struct ProbeSettings {
     pub user_stacks: bool,
     pub max_entries: u32,
     pub max_stacks: u32,
+    /// Stream waits and holds at least this long to the timeline; 0: no timeline.
+    pub timeline_threshold_ns: u64,
 }
 
 /// Loaded and attached programs with their maps.
 pub struct Probes {
     ebpf: Ebpf,
+    /// Present when a timeline was asked for.
+    timeline: Option<TimelineReader>,
     features: Features,
 }
 
@@ -99,29 +105,44 @@ impl Probes {
             tracer_tgid: std::process::id(),
             per_thread: settings.per_thread as u32,
             user_stacks: settings.user_stacks as u32,
+            timeline_threshold_ns: settings.timeline_threshold_ns,
             ..Config::ZERO
         };
         contention::configure(tracefs, &mut config)?;
         syscalls::configure(tracefs, &mut config)?;
+        let timeline_on = settings.timeline_threshold_ns > 0;
         raise_memlock_limit();
-        let ebpf = EbpfLoader::new()
+        let mut ebpf = EbpfLoader::new()
             .override_global("CONFIG", &config, true)
             .map_max_entries("AGG", settings.max_entries)
             .map_max_entries("STACKS", settings.max_stacks)
+            .map_max_entries(
+                "TIMELINE",
+                if timeline_on {
+                    timeline::RING_BYTES
+                } else {
+                    timeline::RING_BYTES_OFF
+                },
+            )
             .load(EBPF_OBJECT)
             .map_err(|e| explain_permission(anyhow!(e), "loading the eBPF programs"))?;
-        let mut probes = Self {
+        let timeline = if timeline_on {
+            Some(TimelineReader::open(&mut ebpf)?)
+        } else {
+            None
+        };
+        mmap_lock::attach(&mut ebpf)?;
+        let features = Features {
+            contention: contention::attach(&mut ebpf, tracefs)?,
+            faults: faults::attach(&mut ebpf, tracefs)?,
+            syscalls: syscalls::attach(&mut ebpf, tracefs)?,
+            offcpu: sched::attach(&mut ebpf)?,
+        };
+        Ok(Self {
             ebpf,
-            features: Features::default(),
-        };
-        mmap_lock::attach(&mut probes.ebpf)?;
-        probes.features = Features {
-            contention: contention::attach(&mut probes.ebpf, tracefs)?,
-            faults: faults::attach(&mut probes.ebpf, tracefs)?,
-            syscalls: syscalls::attach(&mut probes.ebpf, tracefs)?,
-            offcpu: sched::attach(&mut probes.ebpf)?,
-        };
-        Ok(probes)
+            timeline,
+            features,
+        })
     }
 
     /// Starts (true) or stops (false) event processing in every program at once.
@@ -148,85 +169,95 @@ impl Probes {
         set(&mut self.ebpf, pid)?;
         let _ = std::fs::read(format!("/proc/{pid}/cmdline"));
         set(&mut self.ebpf, 0)?;
-        Ok(self.target_mms()?.values().any(|&owner| owner == pid))
+        Ok(read_target_mms(&self.ebpf)?
+            .values()
+            .any(|&owner| owner == pid))
     }
 
-    fn target_mms(&self) -> Result<HashMap<u64, u32>> {
-        let mms: BpfHashMap<_, u64, u32> = map_ref(&self.ebpf, "TARGET_MMS")?;
-        Ok(mms.iter().filter_map(|r| r.ok()).collect())
+    /// Moves the timeline events the kernel has written so far into memory (call it often:
+    /// the ring buffer is bounded, and what does not fit is dropped and counted).
+    pub fn drain_timeline(&mut self) {
+        if let Some(timeline) = &mut self.timeline {
+            timeline.drain();
+        }
+    }
+
+    /// Reads the cumulative maps while the programs keep running (the live and interval
+    /// views). The timeline is left alone: it is drained by `drain_timeline` and `harvest`.
+    pub fn snapshot(&self) -> Result<Harvest> {
+        read_maps(&self.ebpf, self.features, Vec::new())
     }
 
     /// Stops the programs and reads everything they collected.
     pub fn harvest(mut self) -> Result<Harvest> {
         self.set_armed(false)?;
-        let target_mms = self.target_mms()?;
-        let take = |ebpf: &mut Ebpf, name: &str| {
-            ebpf.take_map(name)
-                .ok_or_else(|| anyhow!("eBPF object has no map {name}"))
+        let (events, dropped_here) = match self.timeline.take() {
+            Some(timeline) => timeline.finish(),
+            None => (Vec::new(), 0),
         };
-        let agg = take(&mut self.ebpf, "AGG")?;
-        let stacks = take(&mut self.ebpf, "STACKS")?;
-        let totals = take(&mut self.ebpf, "TOTALS")?;
-        let counters = take(&mut self.ebpf, "COUNTERS")?;
-        let comms = take(&mut self.ebpf, "LOCKER_COMMS")?;
-        let states = take(&mut self.ebpf, "LOCK_STATE")?;
-        let blocked = take(&mut self.ebpf, "BLOCKED")?;
-        let sleeps = take(&mut self.ebpf, "SLEEPS")?;
-        let syscalls = take(&mut self.ebpf, "SYSCALL_TOTALS")?;
-        let faults = take(&mut self.ebpf, "FAULT_COUNTS")?;
-        // Disarmed above, so the maps no longer move; dropping the object detaches the programs.
-        let Probes { ebpf, features } = self;
-        drop(ebpf);
-
-        let entries: Vec<RawEntry> = read_summed(PerCpuHashMap::try_from(agg)?, AggValue::merge)?
-            .into_iter()
-            .map(|(key, value)| RawEntry { key, value })
-            .collect();
-        let blocked = read_summed(
-            PerCpuHashMap::try_from(blocked)?,
-            |into: &mut BlockValue, v| {
-                into.count += v.count;
-                into.wait_ns += v.wait_ns;
-            },
-        )?;
-        let sleeps = read_summed(PerCpuHashMap::try_from(sleeps)?, |into: &mut u64, v| {
-            *into += v
-        })?;
-        let stack_ids: HashSet<u32> = entries
-            .iter()
-            .flat_map(|e| [e.key.kernel_stack, e.key.user_stack])
-            .chain(blocked.iter().flat_map(|(k, _): &(BlockKey, BlockValue)| {
-                [
-                    k.waiter.kernel_stack,
-                    k.waiter.user_stack,
-                    k.holder.kernel_stack,
-                    k.holder.user_stack,
-                ]
-            }))
-            .chain(sleeps.iter().map(|(k, _): &(SleepKey, u64)| k.stack))
-            .filter(|&id| id >= 0)
-            .map(|id| id as u32)
-            .collect();
-        Ok(Harvest {
-            blocked,
-            sleeps,
-            syscalls: read_array(
-                &PerCpuArray::try_from(syscalls)?,
-                |into: &mut SyscallTotals, v| into.merge(v),
-            )?,
-            faults: read_array(&PerCpuArray::try_from(faults)?, |into: &mut u64, v| {
-                *into += v
-            })?,
-            features,
-            stacks: read_stacks(&StackTraceMap::try_from(stacks)?, &stack_ids),
-            entries,
-            totals: read_array(&PerCpuArray::try_from(totals)?, ModeTotals::merge)?,
-            counters: read_counters(&PerCpuArray::try_from(counters)?)?,
-            locker_comms: read_comms(&BpfHashMap::try_from(comms)?),
-            in_flight: read_in_flight(&BpfHashMap::try_from(states)?, &target_mms),
-            target_mms_found: target_mms.len(),
-        })
+        // Disarmed above, so the maps no longer move; dropping `self` afterwards detaches the
+        // programs.
+        let mut harvest = read_maps(&self.ebpf, self.features, events)?;
+        if let Some((_, n)) = harvest
+            .counters
+            .iter_mut()
+            .find(|(c, _)| *c == Counter::TimelineDropped)
+        {
+            *n += dropped_here;
+        }
+        Ok(harvest)
     }
+}
+
+/// Everything the programs collected, read without disturbing them, with `timeline` (drained
+/// separately) added: then the stacks that any of it references.
+fn read_maps(
+    ebpf: &Ebpf,
+    features: Features,
+    timeline: Vec<tracer_common::TimelineEvent>,
+) -> Result<Harvest> {
+    let target_mms = read_target_mms(ebpf)?;
+    let mut harvest = Harvest {
+        entries: read_summed(&map_ref(ebpf, "AGG")?, AggValue::merge)?
+            .into_iter()
+            .map(|(key, value)| RawEntry {
+                key,
+                value,
+                max_is_upper_bound: false,
+            })
+            .collect(),
+        stacks: HashMap::new(),
+        totals: read_array(&map_ref(ebpf, "TOTALS")?, ModeTotals::merge)?,
+        counters: read_counters(&map_ref(ebpf, "COUNTERS")?)?,
+        locker_comms: read_comms(&map_ref(ebpf, "LOCKER_COMMS")?),
+        in_flight: read_in_flight(&map_ref(ebpf, "LOCK_STATE")?, &target_mms),
+        target_mms_found: target_mms.len(),
+        blocked: read_summed(&map_ref(ebpf, "BLOCKED")?, |into: &mut BlockValue, v| {
+            into.count += v.count;
+            into.wait_ns += v.wait_ns;
+        })?,
+        sleeps: read_summed(&map_ref(ebpf, "SLEEPS")?, |into: &mut u64, v| *into += v)?,
+        syscalls: read_array(&map_ref(ebpf, "SYSCALL_TOTALS")?, SyscallTotals::merge)?,
+        faults: read_array(&map_ref(ebpf, "FAULT_COUNTS")?, |into: &mut u64, v| {
+            *into += v
+        })?,
+        features,
+        timeline,
+    };
+    let ids: HashSet<u32> = harvest
+        .stack_refs()
+        .into_iter()
+        .map(|r| match r {
+            StackRef::Kernel(id) | StackRef::User { id, .. } => id as u32,
+        })
+        .collect();
+    harvest.stacks = read_stacks(&map_ref(ebpf, "STACKS")?, &ids);
+    Ok(harvest)
+}
+
+fn read_target_mms(ebpf: &Ebpf) -> Result<HashMap<u64, u32>> {
+    let mms: BpfHashMap<_, u64, u32> = map_ref(ebpf, "TARGET_MMS")?;
+    Ok(mms.iter().filter_map(|r| r.ok()).collect())
 }
 
 fn map<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<T>
@@ -250,8 +281,8 @@ where
 }
 
 /// Every key of a per-CPU hash map with its per-CPU values summed by `add`.
-fn read_summed<K: aya::Pod + Eq + std::hash::Hash, V: aya::Pod + Default>(
-    map: PerCpuHashMap<MapData, K, V>,
+fn read_summed<K: Pod + Eq + std::hash::Hash, V: Pod + Default>(
+    map: &PerCpuHashMap<&MapData, K, V>,
     add: impl Fn(&mut V, &V),
 ) -> Result<Vec<(K, V)>> {
     let mut out = Vec::new();
@@ -267,8 +298,8 @@ fn read_summed<K: aya::Pod + Eq + std::hash::Hash, V: aya::Pod + Default>(
 }
 
 /// Every slot of a per-CPU array with its per-CPU values summed by `add`.
-fn read_array<V: aya::Pod + Default + Copy, const N: usize>(
-    map: &PerCpuArray<MapData, V>,
+fn read_array<V: Pod + Default + Copy, const N: usize>(
+    map: &PerCpuArray<&MapData, V>,
     add: impl Fn(&mut V, &V),
 ) -> Result<[V; N]> {
     let mut out = [V::default(); N];
@@ -280,7 +311,7 @@ fn read_array<V: aya::Pod + Default + Copy, const N: usize>(
     Ok(out)
 }
 
-fn read_stacks(map: &StackTraceMap<MapData>, ids: &HashSet<u32>) -> HashMap<i32, Vec<u64>> {
+fn read_stacks(map: &StackTraceMap<&MapData>, ids: &HashSet<u32>) -> HashMap<i32, Vec<u64>> {
     ids.iter()
         .filter_map(|&id| {
             let trace = map.get(&id, 0).ok()?;
@@ -289,7 +320,7 @@ fn read_stacks(map: &StackTraceMap<MapData>, ids: &HashSet<u32>) -> HashMap<i32,
         .collect()
 }
 
-fn read_counters(map: &PerCpuArray<MapData, u64>) -> Result<Vec<(Counter, u64)>> {
+fn read_counters(map: &PerCpuArray<&MapData, u64>) -> Result<Vec<(Counter, u64)>> {
     let mut out = Vec::with_capacity(COUNTER_SLOTS as usize);
     for counter in Counter::ALL {
         let sum = map.get(&(counter as u32), 0)?.iter().sum();
@@ -298,7 +329,7 @@ fn read_counters(map: &PerCpuArray<MapData, u64>) -> Result<Vec<(Counter, u64)>>
     Ok(out)
 }
 
-fn read_comms(map: &BpfHashMap<MapData, u32, [u8; 16]>) -> HashMap<u32, String> {
+fn read_comms(map: &BpfHashMap<&MapData, u32, [u8; 16]>) -> HashMap<u32, String> {
     map.iter()
         .filter_map(|r| r.ok())
         .map(|(pid, comm)| {
@@ -310,7 +341,7 @@ fn read_comms(map: &BpfHashMap<MapData, u32, [u8; 16]>) -> HashMap<u32, String> 
 
 /// Waits and holds still open when tracing stopped: neither timed nor lost.
 fn read_in_flight(
-    map: &BpfHashMap<MapData, StateKey, LockState>,
+    map: &BpfHashMap<&MapData, StateKey, LockState>,
     mms: &HashMap<u64, u32>,
 ) -> InFlight {
     let mut in_flight = InFlight::default();

@@ -47,6 +47,19 @@ pub fn thread_count(pid: u32) -> usize {
         .unwrap_or(0)
 }
 
+/// (tid, name) of every thread of `pid` now.
+pub fn thread_names(pid: u32) -> Vec<(u32, String)> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    dir.filter_map(|entry| {
+        let tid: u32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
+        let name = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).ok()?;
+        Some((tid, name.trim_end().to_string()))
+    })
+    .collect()
+}
+
 /// One executable file mapping of a process.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Mapping {
@@ -162,6 +175,7 @@ mod tests {
         require_process(me).unwrap();
         assert!(comm(me).is_some());
         assert!(thread_count(me) >= 1);
+        assert!(thread_names(me).iter().any(|(tid, _)| *tid == me));
         assert!(require_process(u32::MAX - 1)
             .unwrap_err()
             .to_string()

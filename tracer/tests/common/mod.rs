@@ -145,6 +145,10 @@ impl Tracer {
         }
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Blocks until the tracer says it is attached; panics with its stderr if it never does.
     pub fn wait_attached(&mut self) {
         loop {

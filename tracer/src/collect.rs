@@ -1,0 +1,217 @@
+//! The collect loop: runs while the programs trace, samples what /proc says about the targets,
+//! drains the timeline, and hands running snapshots to whoever shows them (the live view, the
+//! interval printer). It ends on the duration, a signal, the targets' exit, or the view's quit.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result};
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::model::{build_report, delta, Harvest, LiveSnapshot, Report, TraceMeta};
+use crate::probes::Probes;
+use crate::symbolize::StackSymbolizer;
+use crate::system::procfs::{self, MappingHistory};
+
+/// How often liveness and thread counts are sampled, the timeline drained and the view asked
+/// whether to stop.
+const TICK: Duration = Duration::from_millis(100);
+/// How often executable mappings and thread names are re-read (reading /proc/PID/maps takes
+/// the target's lock).
+const MAPPINGS_EVERY: Duration = Duration::from_secs(1);
+
+/// What was learned about the targets while the programs ran.
+#[derive(Default)]
+pub struct Watch {
+    pub started: Option<Instant>,
+    pub elapsed: Duration,
+    pub exited: bool,
+    /// Why the loop ended, for the closing message.
+    pub ended_by: &'static str,
+    pub max_threads: usize,
+    pub threads_now: usize,
+    /// Sum over time of the number of live target threads.
+    pub thread_time_ns: u64,
+    pub mappings: HashMap<u32, MappingHistory>,
+    pub thread_names: HashMap<u32, String>,
+}
+
+/// Whether the loop goes on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flow {
+    Continue,
+    Stop,
+}
+
+/// Something that shows the trace while it runs. `on_tick` is called every tick, with the
+/// probes to snapshot when it is time.
+pub trait Sink {
+    fn on_tick(&mut self, probes: &Probes, watch: &Watch) -> Result<Flow>;
+}
+
+/// Shows nothing (a single report at the end).
+pub struct NoSink;
+
+impl Sink for NoSink {
+    fn on_tick(&mut self, _: &Probes, _: &Watch) -> Result<Flow> {
+        Ok(Flow::Continue)
+    }
+}
+
+/// Waits for the end of the trace (duration, Ctrl-C, SIGTERM, SIGHUP, every target gone, or
+/// the sink says stop) while sampling thread counts, mappings and thread names, and draining
+/// the timeline.
+pub async fn watch_until_done(
+    pids: &[u32],
+    duration: Option<f64>,
+    probes: &mut Probes,
+    sink: &mut dyn Sink,
+) -> Result<Watch> {
+    let start = Instant::now();
+    let deadline = duration.map(|secs| start + Duration::from_secs_f64(secs.max(0.0)));
+    let mut terminate = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
+    let mut hangup = signal(SignalKind::hangup()).context("installing SIGHUP handler")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
+    let mut tick = tokio::time::interval(TICK);
+    let mut watch = Watch {
+        started: Some(start),
+        ..Watch::default()
+    };
+    let mut last_sample = Instant::now();
+    let mut last_mappings: Option<Instant> = None;
+    loop {
+        let now = Instant::now();
+        let threads: usize = pids.iter().map(|&p| procfs::thread_count(p)).sum();
+        watch.threads_now = threads;
+        watch.max_threads = watch.max_threads.max(threads);
+        watch.thread_time_ns += threads as u64 * now.duration_since(last_sample).as_nanos() as u64;
+        watch.elapsed = start.elapsed();
+        last_sample = now;
+        if last_mappings.is_none_or(|t| now.duration_since(t) >= MAPPINGS_EVERY) {
+            for &pid in pids {
+                watch.mappings.entry(pid).or_default().refresh(pid);
+                watch.thread_names.extend(procfs::thread_names(pid));
+            }
+            last_mappings = Some(now);
+        }
+        probes.drain_timeline();
+        if !pids.iter().any(|&p| procfs::is_alive(p)) {
+            watch.exited = true;
+            watch.ended_by = "target exited";
+            break;
+        }
+        if deadline.is_some_and(|d| now >= d) {
+            watch.ended_by = "duration reached";
+            break;
+        }
+        if sink.on_tick(probes, &watch)? == Flow::Stop {
+            watch.ended_by = "quit";
+            break;
+        }
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = interrupt.recv() => { watch.ended_by = "SIGINT"; break }
+            _ = terminate.recv() => { watch.ended_by = "SIGTERM"; break }
+            _ = hangup.recv() => { watch.ended_by = "SIGHUP"; break }
+        }
+    }
+    watch.elapsed = start.elapsed();
+    Ok(watch)
+}
+
+/// A cumulative snapshot and the watch figures that go with it.
+#[derive(Clone)]
+struct Mark {
+    harvest: Harvest,
+    thread_time_ns: u64,
+    elapsed: Duration,
+}
+
+/// Running windows over the trace: the last interval, and everything since the start or the
+/// last reset. Also symbolizes new stacks as they appear, keeping what it did.
+pub struct Windows {
+    pids: Vec<u32>,
+    comm: String,
+    stack_threshold_ns: u64,
+    symbolizer: StackSymbolizer,
+    since: Mark,
+    previous: Mark,
+    was_reset: bool,
+}
+
+impl Windows {
+    pub fn new(pids: &[u32], comm: &str, stack_threshold_ns: u64) -> Self {
+        let zero = Mark {
+            harvest: Harvest::default(),
+            thread_time_ns: 0,
+            elapsed: Duration::ZERO,
+        };
+        Self {
+            pids: pids.to_vec(),
+            comm: comm.to_string(),
+            stack_threshold_ns,
+            symbolizer: StackSymbolizer::new(),
+            since: zero.clone(),
+            previous: zero,
+            was_reset: false,
+        }
+    }
+
+    /// From now on, the cumulative window starts at the last snapshot taken.
+    pub fn reset(&mut self) {
+        self.since = self.previous.clone();
+        self.was_reset = true;
+    }
+
+    /// Takes a snapshot, closes the interval, and returns both windows as reports.
+    /// `per_thread` keeps the targets' threads apart.
+    pub fn advance(
+        &mut self,
+        probes: &Probes,
+        watch: &Watch,
+        per_thread: bool,
+    ) -> Result<LiveSnapshot> {
+        let harvest = probes.snapshot()?;
+        self.symbolizer.forget_unresolved();
+        self.symbolizer.add(&harvest, &watch.mappings);
+        let now = Mark {
+            harvest,
+            thread_time_ns: watch.thread_time_ns,
+            elapsed: watch.elapsed,
+        };
+        let interval = self.report_between(&now, &self.previous, watch, per_thread);
+        let cumulative = self.report_between(&now, &self.since, watch, per_thread);
+        self.previous = now;
+        Ok(LiveSnapshot {
+            interval,
+            cumulative,
+            elapsed_ns: watch.elapsed.as_nanos() as u64,
+            threads_now: watch.threads_now,
+            per_thread,
+            was_reset: self.was_reset,
+        })
+    }
+
+    fn report_between(&self, now: &Mark, from: &Mark, watch: &Watch, per_thread: bool) -> Report {
+        let mut window = delta::since(&now.harvest, &from.harvest);
+        if !per_thread {
+            window = delta::without_threads(&window);
+        }
+        let meta = TraceMeta {
+            pids: self.pids.clone(),
+            comm: self.comm.clone(),
+            max_threads: watch.threads_now,
+            duration_ns: now.elapsed.saturating_sub(from.elapsed).as_nanos() as u64,
+            thread_time_ns: now.thread_time_ns.saturating_sub(from.thread_time_ns),
+            exited: watch.exited,
+            stack_threshold_ns: self.stack_threshold_ns,
+            thread_names: watch.thread_names.clone(),
+        };
+        build_report(&window, self.symbolizer.symbols(), &meta)
+    }
+
+    /// The symbolizer, with every stack seen so far, for the final report.
+    pub fn into_symbolizer(self) -> StackSymbolizer {
+        self.symbolizer
+    }
+}

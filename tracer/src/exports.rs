@@ -1,0 +1,152 @@
+//! Everything written at the end of a trace, whatever ended it: the report (stdout or -o) and
+//! the --folded, --svg and --timeline files. Every file is checked before tracing starts and
+//! written atomically (output::write_atomically).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use anyhow::{bail, Result};
+
+use crate::cli::{Cli, Format, View, WeightArg};
+use crate::model::{report::Report, timeline::Slice};
+use crate::output::Destination;
+use crate::present::{self, folded::Weight, svg::SvgTitle, trace_event::TimelineNames};
+
+/// The timeline's slices and what names its tracks.
+pub struct TimelineData {
+    pub slices: Vec<Slice>,
+    pub processes: HashMap<u32, String>,
+    pub threads: HashMap<u32, String>,
+    pub threshold_ns: u64,
+    pub dropped: u64,
+}
+
+pub struct Outputs {
+    report: Option<(Destination, Format)>,
+    top: usize,
+    folded: Option<PathBuf>,
+    svg: Option<PathBuf>,
+    timeline: Option<PathBuf>,
+    weight: Weight,
+}
+
+impl Outputs {
+    pub fn from_cli(cli: &Cli, view: &View) -> Self {
+        let destination = match &cli.output {
+            Some(path) => Destination::File(path.clone()),
+            None => Destination::Stdout,
+        };
+        Self {
+            report: cli
+                .final_report_wanted(view)
+                .then(|| (destination, cli.format.unwrap_or(Format::Text))),
+            top: cli.top,
+            folded: cli.folded.clone(),
+            svg: cli.svg.clone(),
+            timeline: cli.timeline.clone(),
+            weight: match cli.weight {
+                WeightArg::Wait => Weight::Wait,
+                WeightArg::Hold => Weight::Hold,
+                WeightArg::Count => Weight::Count,
+            },
+        }
+    }
+
+    pub fn wants_timeline(&self) -> bool {
+        self.timeline.is_some()
+    }
+
+    /// Fails now, before any tracing, if a file could not be written at the end.
+    pub fn check_writable(&self) -> Result<()> {
+        if let Some((destination, _)) = &self.report {
+            destination.check_writable()?;
+        }
+        for path in self.files() {
+            Destination::File(path.clone()).check_writable()?;
+        }
+        Ok(())
+    }
+
+    fn files(&self) -> impl Iterator<Item = &PathBuf> {
+        [&self.folded, &self.svg, &self.timeline]
+            .into_iter()
+            .flatten()
+    }
+
+    /// Writes every output, trying them all even when one fails; returns what was written to
+    /// files, for the closing message.
+    pub fn write(&self, report: &Report, timeline: &TimelineData) -> Result<Vec<PathBuf>> {
+        let mut written = Vec::new();
+        let mut errors = Vec::new();
+        let mut put = |destination: Destination, contents: Result<String>| match contents
+            .and_then(|text| destination.write(&text).map(|()| destination))
+        {
+            Ok(Destination::File(path)) => written.push(path),
+            Ok(Destination::Stdout) => {}
+            Err(err) => errors.push(format!("{err:#}")),
+        };
+        if let Some((destination, format)) = &self.report {
+            put(destination.clone(), self.render_report(report, *format));
+        }
+        let folded = present::folded::render(report, self.weight);
+        if let Some(path) = &self.folded {
+            put(Destination::File(path.clone()), Ok(folded.clone()));
+        }
+        if let Some(path) = &self.svg {
+            let title = svg_title(report, self.weight);
+            put(
+                Destination::File(path.clone()),
+                present::svg::render(&folded, &title),
+            );
+        }
+        if let Some(path) = &self.timeline {
+            let names = TimelineNames {
+                processes: &timeline.processes,
+                threads: &timeline.threads,
+                threshold_ns: timeline.threshold_ns,
+                dropped: timeline.dropped,
+            };
+            put(
+                Destination::File(path.clone()),
+                present::trace_event::render(&timeline.slices, &names),
+            );
+        }
+        if !errors.is_empty() {
+            bail!("{}", errors.join("; "));
+        }
+        Ok(written)
+    }
+
+    fn render_report(&self, report: &Report, format: Format) -> Result<String> {
+        Ok(match format {
+            Format::Text => present::text::render(report, self.top),
+            Format::Json => present::json::render(report)?,
+            Format::Csv => present::csv::render(report),
+        })
+    }
+}
+
+fn svg_title(report: &Report, weight: Weight) -> SvgTitle {
+    let pids: Vec<String> = report.target.pids.iter().map(u32::to_string).collect();
+    SvgTitle {
+        title: format!(
+            "mmap_lock {}: {} (pid {})",
+            weight.title(),
+            report.target.comm,
+            pids.join(",")
+        ),
+        subtitle: format!(
+            "width = {} ({}), traced {}{}; towers under the root: cause, then read/write; \
+             '--' marks the entry into the kernel",
+            weight.describe(),
+            weight.unit(),
+            present::human_ns(report.duration_ns),
+            if report.target.exited {
+                ", target exited"
+            } else {
+                ""
+            }
+        ),
+        unit: weight.unit().to_string(),
+    }
+}

@@ -1,0 +1,306 @@
+//! The live, top-style view. The only module that touches the terminal (ratatui).
+//!
+//! Three threads: the collect loop (the caller's) takes snapshots and symbolizes new stacks;
+//! an input thread turns terminal events into messages; the UI thread owns the terminal and
+//! redraws from one channel that carries data snapshots, keys and resizes. The UI never does
+//! BPF or symbolization work: it renders model snapshots. `run_ui` is generic over the ratatui
+//! backend, so tests drive it with a `TestBackend` and scripted messages.
+
+mod draw;
+pub mod state;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Result};
+use ratatui::{
+    backend::Backend,
+    crossterm::event::{self, Event, KeyEvent, KeyEventKind},
+    Terminal,
+};
+
+use crate::collect::{Flow, Sink, Watch, Windows};
+use crate::model::LiveSnapshot;
+use crate::probes::Probes;
+use state::{Command, ViewState};
+
+/// What the UI thread reacts to.
+pub enum Input {
+    Data(Box<LiveSnapshot>),
+    Key(KeyEvent),
+    Resize,
+    /// The trace ended (duration, signal, target exit): leave the view.
+    Finished,
+}
+
+/// The live view seen from the collect loop.
+pub struct LiveView {
+    windows: Windows,
+    every: Duration,
+    next: Instant,
+    per_thread: bool,
+    to_ui: Sender<Input>,
+    commands: Receiver<Command>,
+    ui: Option<JoinHandle<Result<()>>>,
+    input_stop: Arc<AtomicBool>,
+    input: Option<JoinHandle<()>>,
+}
+
+impl LiveView {
+    /// Takes over the terminal (raw mode, alternate screen, and a panic hook that gives it
+    /// back) and starts the input and UI threads.
+    pub fn start(windows: Windows, every: Duration, per_thread: bool) -> Result<Self> {
+        let mut terminal = ratatui::try_init()?;
+        let (to_ui, inputs) = mpsc::channel();
+        let (to_collector, commands) = mpsc::channel();
+        let input_stop = Arc::new(AtomicBool::new(false));
+        let input = {
+            let (to_ui, stop) = (to_ui.clone(), Arc::clone(&input_stop));
+            std::thread::Builder::new()
+                .name("live-input".into())
+                .spawn(move || forward_terminal_events(&to_ui, &stop))?
+        };
+        let ui = std::thread::Builder::new()
+            .name("live-ui".into())
+            .spawn(move || {
+                let mut state = ViewState::new(every, per_thread);
+                run_ui(&mut terminal, &inputs, &to_collector, &mut state)
+            })?;
+        Ok(Self {
+            windows,
+            every,
+            next: Instant::now(),
+            per_thread,
+            to_ui,
+            commands,
+            ui: Some(ui),
+            input_stop,
+            input: Some(input),
+        })
+    }
+
+    /// Leaves the view and gives the terminal back; returns the windows (and their symbols)
+    /// for the final report. Safe to call whatever ended the trace.
+    pub fn finish(mut self) -> Windows {
+        let _ = self.to_ui.send(Input::Finished);
+        if let Some(ui) = self.ui.take() {
+            match ui.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(err)) => log::warn!("live view: {err:#}"),
+                Err(_) => log::warn!("live view panicked; the exports are still written"),
+            }
+        }
+        self.input_stop.store(true, Ordering::Relaxed);
+        if let Some(input) = self.input.take() {
+            let _ = input.join();
+        }
+        ratatui::restore();
+        self.windows
+    }
+
+    fn ui_gone(&self) -> bool {
+        self.ui.as_ref().is_none_or(JoinHandle::is_finished)
+    }
+}
+
+impl Sink for LiveView {
+    fn on_tick(&mut self, probes: &Probes, watch: &Watch) -> Result<Flow> {
+        for command in self.commands.try_iter() {
+            match command {
+                Command::Quit => return Ok(Flow::Stop),
+                Command::Reset => {
+                    // Close the interval now so the window starts at this moment.
+                    self.windows.advance(probes, watch, self.per_thread)?;
+                    self.windows.reset();
+                    self.next = Instant::now();
+                }
+                Command::PerThread(on) => {
+                    self.per_thread = on;
+                    self.next = Instant::now();
+                }
+            }
+        }
+        if self.ui_gone() {
+            // The UI ended on its own (an error or a panic): stop tracing, keep the exports.
+            return Ok(Flow::Stop);
+        }
+        if Instant::now() >= self.next {
+            self.next = Instant::now() + self.every;
+            let snapshot = self.windows.advance(probes, watch, self.per_thread)?;
+            let _ = self.to_ui.send(Input::Data(Box::new(snapshot)));
+        }
+        Ok(Flow::Continue)
+    }
+}
+
+/// Forwards key presses and resizes until told to stop (polling, so that it can stop).
+fn forward_terminal_events(to_ui: &Sender<Input>, stop: &AtomicBool) {
+    while !stop.load(Ordering::Relaxed) {
+        match event::poll(Duration::from_millis(100)) {
+            Ok(false) => continue,
+            Ok(true) => {}
+            Err(_) => return,
+        }
+        let input = match event::read() {
+            Ok(Event::Key(key)) if key.kind == KeyEventKind::Press => Input::Key(key),
+            Ok(Event::Resize(..)) => Input::Resize,
+            Ok(_) => continue,
+            Err(_) => return,
+        };
+        if to_ui.send(input).is_err() {
+            return;
+        }
+    }
+}
+
+/// The UI loop: redraws after every message until quit or the end of the trace.
+pub fn run_ui<B: Backend>(
+    terminal: &mut Terminal<B>,
+    inputs: &Receiver<Input>,
+    commands: &Sender<Command>,
+    state: &mut ViewState,
+) -> Result<()>
+where
+    B::Error: Send + Sync + 'static,
+{
+    let redraw = |terminal: &mut Terminal<B>, state: &ViewState| {
+        terminal
+            .draw(|frame| draw::draw(frame, state))
+            .map(|_| ())
+            .map_err(|e| anyhow!("drawing the live view: {e}"))
+    };
+    redraw(terminal, state)?;
+    while let Ok(input) = inputs.recv() {
+        match input {
+            Input::Data(snapshot) => state.receive(*snapshot),
+            // draw() resizes the buffers to the new terminal size itself.
+            Input::Resize => {}
+            Input::Key(key) => {
+                if let Some(command) = state.on_key(key) {
+                    let _ = commands.send(command);
+                    if command == Command::Quit {
+                        return Ok(());
+                    }
+                }
+            }
+            Input::Finished => return Ok(()),
+        }
+        redraw(terminal, state)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::state::tests::{key, snapshot};
+    use super::*;
+    use ratatui::{backend::TestBackend, crossterm::event::KeyCode};
+
+    /// Runs the UI over scripted inputs on a 120x30 test terminal; returns the screen and the
+    /// commands it sent.
+    fn script(inputs: Vec<Input>) -> (Terminal<TestBackend>, Vec<Command>) {
+        let mut terminal = Terminal::new(TestBackend::new(120, 30)).unwrap();
+        let (tx, rx) = mpsc::channel();
+        for input in inputs {
+            tx.send(input).unwrap();
+        }
+        tx.send(Input::Finished).unwrap();
+        let (command_tx, command_rx) = mpsc::channel();
+        let mut state = ViewState::new(Duration::from_secs(1), false);
+        run_ui(&mut terminal, &rx, &command_tx, &mut state).unwrap();
+        (terminal, command_rx.try_iter().collect())
+    }
+
+    fn data() -> Input {
+        Input::Data(Box::new(snapshot()))
+    }
+
+    fn keys(codes: &[KeyCode]) -> impl Iterator<Item = Input> + '_ {
+        codes.iter().map(|&c| Input::Key(key(c)))
+    }
+
+    fn screen(terminal: &Terminal<TestBackend>) -> String {
+        terminal.backend().to_string()
+    }
+
+    #[test]
+    fn first_frame_before_any_data() {
+        let (terminal, _) = script(vec![]);
+        assert!(screen(&terminal).contains("the first numbers come after one interval"));
+    }
+
+    #[test]
+    fn header_and_table_from_a_snapshot() {
+        let (terminal, commands) = script(vec![data()]);
+        assert!(commands.is_empty());
+        insta::assert_snapshot!("table_by_stack", terminal.backend());
+    }
+
+    #[test]
+    fn sort_by_count_then_select_and_open_the_stack_pane() {
+        let mut inputs = vec![data()];
+        inputs.extend(keys(&[
+            KeyCode::Char('4'),
+            KeyCode::Down,
+            KeyCode::Down,
+            KeyCode::Enter,
+        ]));
+        let (terminal, _) = script(inputs);
+        insta::assert_snapshot!("sorted_by_count_with_stack_pane", terminal.backend());
+    }
+
+    #[test]
+    fn cause_grouping_and_help() {
+        let mut inputs = vec![data()];
+        inputs.extend(keys(&[KeyCode::Char('c')]));
+        let (terminal, _) = script(inputs);
+        insta::assert_snapshot!("grouped_by_cause", terminal.backend());
+        let mut inputs = vec![data()];
+        inputs.extend(keys(&[KeyCode::Char('?')]));
+        let (terminal, _) = script(inputs);
+        let text = screen(&terminal);
+        assert!(text.contains("keys"), "{text}");
+        assert!(
+            text.contains("reset: the cumulative table starts again"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn keys_reach_the_collector_and_q_ends_the_ui() {
+        let mut inputs = vec![data()];
+        inputs.extend(keys(&[
+            KeyCode::Char('r'),
+            KeyCode::Char('t'),
+            KeyCode::Char('q'),
+            // Never read: q ended the loop.
+            KeyCode::Char('r'),
+        ]));
+        let (_, commands) = script(inputs);
+        assert_eq!(
+            commands,
+            [Command::Reset, Command::PerThread(true), Command::Quit]
+        );
+    }
+
+    #[test]
+    fn a_resize_redraws_at_the_new_size() {
+        let mut terminal = Terminal::new(TestBackend::new(120, 30)).unwrap();
+        let (tx, rx) = mpsc::channel();
+        let (command_tx, _command_rx) = mpsc::channel();
+        let mut state = ViewState::new(Duration::from_secs(1), false);
+        tx.send(data()).unwrap();
+        tx.send(Input::Finished).unwrap();
+        run_ui(&mut terminal, &rx, &command_tx, &mut state).unwrap();
+        terminal.backend_mut().resize(90, 20);
+        tx.send(Input::Resize).unwrap();
+        tx.send(Input::Finished).unwrap();
+        run_ui(&mut terminal, &rx, &command_tx, &mut state).unwrap();
+        let text = screen(&terminal);
+        assert_eq!(text.lines().count(), 20);
+        assert!(text.contains("mmapsem-trace  pid 42 (app)"), "{text}");
+    }
+}

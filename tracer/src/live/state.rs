@@ -1,0 +1,656 @@
+//! What the live view shows and how keys change it. Plain data over model snapshots: no
+//! terminal here, so the keys and the rows are tested directly.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+
+use crate::model::{
+    report::{cause_rows, Entry, Kind, Mode, Report},
+    Cause, LiveSnapshot,
+};
+use crate::present::short_frame;
+
+/// What the view asks of the collector.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// Start the cumulative window again from now.
+    Reset,
+    /// Collect rows per thread (true) or per process.
+    PerThread(bool),
+    Quit,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Grouping {
+    Stack,
+    Cause,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KindFilter {
+    Both,
+    Wait,
+    Hold,
+}
+
+/// Which window the table shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Window {
+    /// Since the start of the trace or the last reset.
+    Cumulative,
+    /// The last refresh interval.
+    Interval,
+}
+
+/// Table columns, in display order; the number keys 1-9 sort by them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Column {
+    Kind,
+    Mode,
+    Cause,
+    Count,
+    Total,
+    Avg,
+    P99,
+    Max,
+    Share,
+}
+
+impl Column {
+    pub const ALL: [Column; 9] = [
+        Column::Kind,
+        Column::Mode,
+        Column::Cause,
+        Column::Count,
+        Column::Total,
+        Column::Avg,
+        Column::P99,
+        Column::Max,
+        Column::Share,
+    ];
+
+    pub fn title(self) -> &'static str {
+        match self {
+            Column::Kind => "kind",
+            Column::Mode => "mode",
+            Column::Cause => "cause",
+            Column::Count => "count",
+            Column::Total => "total",
+            Column::Avg => "avg",
+            Column::P99 => "p99",
+            Column::Max => "max",
+            Column::Share => "share",
+        }
+    }
+
+    /// Numbers sort largest first, names alphabetically.
+    fn descending_by_default(self) -> bool {
+        !matches!(self, Column::Kind | Column::Mode | Column::Cause)
+    }
+}
+
+/// One table row: a call stack or a cause, with what the stack pane shows for it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    /// Stable across refreshes, so the selection follows the row when the order changes.
+    pub id: String,
+    pub kind: Kind,
+    pub mode: Mode,
+    pub cause: Cause,
+    pub count: u64,
+    pub total_ns: u64,
+    pub avg_ns: u64,
+    pub p99_ns: u64,
+    pub max_ns: u64,
+    pub max_is_upper_bound: bool,
+    /// total / thread time of the window.
+    pub share: f64,
+    pub thread: Option<String>,
+    /// The frame that best names the stack (or, for a cause, its number of stacks).
+    pub place: String,
+    /// The stack pane, in columns side by side: a stack's user frames and kernel frames (so
+    /// that deep user stacks do not push the kernel part out of sight), or a cause's stacks.
+    pub detail: Vec<Vec<String>>,
+}
+
+pub struct ViewState {
+    shown: Option<LiveSnapshot>,
+    /// The newest snapshot, kept while paused.
+    newest: Option<LiveSnapshot>,
+    pub interval: Duration,
+    pub paused: bool,
+    pub help: bool,
+    pub stack_pane: bool,
+    pub grouping: Grouping,
+    pub kinds: KindFilter,
+    pub window: Window,
+    pub per_thread: bool,
+    pub sort: Column,
+    pub descending: bool,
+    selected: usize,
+    selected_id: Option<String>,
+}
+
+/// Rows moved by PgUp / PgDn.
+const PAGE: usize = 10;
+
+impl ViewState {
+    pub fn new(interval: Duration, per_thread: bool) -> Self {
+        Self {
+            shown: None,
+            newest: None,
+            interval,
+            paused: false,
+            help: false,
+            stack_pane: false,
+            grouping: Grouping::Stack,
+            kinds: KindFilter::Both,
+            window: Window::Cumulative,
+            per_thread,
+            sort: Column::Total,
+            descending: true,
+            selected: 0,
+            selected_id: None,
+        }
+    }
+
+    pub fn snapshot(&self) -> Option<&LiveSnapshot> {
+        self.shown.as_ref()
+    }
+
+    /// A new snapshot from the collector: shown now, or when unpaused.
+    pub fn receive(&mut self, snapshot: LiveSnapshot) {
+        if self.paused {
+            self.newest = Some(snapshot);
+        } else {
+            self.shown = Some(snapshot);
+            self.follow_selection();
+        }
+    }
+
+    /// Applies a key; returns what the collector must do, if anything.
+    pub fn on_key(&mut self, key: KeyEvent) -> Option<Command> {
+        if key.code == KeyCode::Char('c') && key.modifiers.contains(KeyModifiers::CONTROL) {
+            return Some(Command::Quit);
+        }
+        if self.help && key.code != KeyCode::Char('q') {
+            // Any key closes the help.
+            self.help = false;
+            return None;
+        }
+        match key.code {
+            KeyCode::Char('q') => return Some(Command::Quit),
+            KeyCode::Char('?') => self.help = true,
+            KeyCode::Char(' ') => self.toggle_pause(),
+            KeyCode::Char('r') => return Some(Command::Reset),
+            KeyCode::Char('t') => {
+                self.per_thread = !self.per_thread;
+                return Some(Command::PerThread(self.per_thread));
+            }
+            KeyCode::Char('c') => {
+                self.grouping = match self.grouping {
+                    Grouping::Stack => Grouping::Cause,
+                    Grouping::Cause => Grouping::Stack,
+                };
+                self.select_index(0);
+            }
+            KeyCode::Char('w') => self.filter(KindFilter::Wait),
+            KeyCode::Char('h') => self.filter(KindFilter::Hold),
+            KeyCode::Char('i') => {
+                self.window = match self.window {
+                    Window::Cumulative => Window::Interval,
+                    Window::Interval => Window::Cumulative,
+                };
+            }
+            KeyCode::Char(digit @ '1'..='9') => {
+                self.sort_by(Column::ALL[digit as usize - '1' as usize]);
+            }
+            KeyCode::Char('<') => self.shift_sort(-1),
+            KeyCode::Char('>') => self.shift_sort(1),
+            KeyCode::Up | KeyCode::Char('k') => self.move_by(-1),
+            KeyCode::Down | KeyCode::Char('j') => self.move_by(1),
+            KeyCode::PageUp => self.move_by(-(PAGE as isize)),
+            KeyCode::PageDown => self.move_by(PAGE as isize),
+            KeyCode::Home => self.select_index(0),
+            KeyCode::End => self.select_index(usize::MAX),
+            KeyCode::Enter => self.stack_pane = !self.stack_pane,
+            KeyCode::Esc => self.stack_pane = false,
+            _ => {}
+        }
+        None
+    }
+
+    fn toggle_pause(&mut self) {
+        self.paused = !self.paused;
+        if !self.paused {
+            if let Some(newest) = self.newest.take() {
+                self.shown = Some(newest);
+                self.follow_selection();
+            }
+        }
+    }
+
+    /// `w` shows waits only, `h` holds only; pressing it again shows both.
+    fn filter(&mut self, kind: KindFilter) {
+        self.kinds = if self.kinds == kind {
+            KindFilter::Both
+        } else {
+            kind
+        };
+        self.follow_selection();
+    }
+
+    fn sort_by(&mut self, column: Column) {
+        if self.sort == column {
+            self.descending = !self.descending;
+        } else {
+            self.sort = column;
+            self.descending = column.descending_by_default();
+        }
+        self.follow_selection();
+    }
+
+    fn shift_sort(&mut self, by: isize) {
+        let at = Column::ALL
+            .iter()
+            .position(|&c| c == self.sort)
+            .unwrap_or(0) as isize;
+        let next = (at + by).clamp(0, Column::ALL.len() as isize - 1) as usize;
+        self.sort = Column::ALL[next];
+        self.descending = self.sort.descending_by_default();
+        self.follow_selection();
+    }
+
+    fn move_by(&mut self, by: isize) {
+        let to = (self.selected as isize + by).max(0) as usize;
+        self.select_index(to);
+    }
+
+    fn select_index(&mut self, index: usize) {
+        let rows = self.rows();
+        self.selected = index.min(rows.len().saturating_sub(1));
+        self.selected_id = rows.get(self.selected).map(|r| r.id.clone());
+    }
+
+    /// Keeps a row the user picked selected after the rows changed order or content; until
+    /// the user picks one, the selection stays on its position (the top row, like top).
+    fn follow_selection(&mut self) {
+        let rows = self.rows();
+        if let Some(id) = &self.selected_id {
+            if let Some(i) = rows.iter().position(|r| &r.id == id) {
+                self.selected = i;
+                return;
+            }
+        }
+        self.selected = self.selected.min(rows.len().saturating_sub(1));
+    }
+
+    pub fn selected(&self) -> usize {
+        self.selected
+    }
+
+    /// The report the table shows.
+    pub fn table_report(&self) -> Option<&Report> {
+        let s = self.shown.as_ref()?;
+        Some(match self.window {
+            Window::Cumulative => &s.cumulative,
+            Window::Interval => &s.interval,
+        })
+    }
+
+    /// The table's rows, filtered and sorted.
+    pub fn rows(&self) -> Vec<Row> {
+        let Some(report) = self.table_report() else {
+            return Vec::new();
+        };
+        let wanted = |kind: Kind| match self.kinds {
+            KindFilter::Both => true,
+            KindFilter::Wait => kind == Kind::Wait,
+            KindFilter::Hold => kind == Kind::Hold,
+        };
+        let entries: Vec<&Entry> = report.entries.iter().filter(|e| wanted(e.kind)).collect();
+        let mut rows = match self.grouping {
+            Grouping::Stack => entries.iter().map(|e| stack_row(e, report)).collect(),
+            Grouping::Cause => cause_group_rows(&entries, report),
+        };
+        self.sort_rows(&mut rows);
+        rows
+    }
+
+    fn sort_rows(&self, rows: &mut [Row]) {
+        let column = self.sort;
+        rows.sort_by(|a, b| {
+            let order = match column {
+                Column::Kind => a.kind.cmp(&b.kind),
+                Column::Mode => a.mode.cmp(&b.mode),
+                Column::Cause => a.cause.label().cmp(b.cause.label()),
+                Column::Count => a.count.cmp(&b.count),
+                Column::Total | Column::Share => a.total_ns.cmp(&b.total_ns),
+                Column::Avg => a.avg_ns.cmp(&b.avg_ns),
+                Column::P99 => a.p99_ns.cmp(&b.p99_ns),
+                Column::Max => a.max_ns.cmp(&b.max_ns),
+            };
+            let order = if self.descending {
+                order.reverse()
+            } else {
+                order
+            };
+            // Ties: largest total first, then a stable name.
+            order
+                .then(b.total_ns.cmp(&a.total_ns))
+                .then(a.id.cmp(&b.id))
+        });
+    }
+}
+
+fn share(total_ns: u64, report: &Report) -> f64 {
+    if report.thread_time_ns == 0 {
+        0.0
+    } else {
+        total_ns as f64 / report.thread_time_ns as f64
+    }
+}
+
+fn thread_label(e: &Entry) -> Option<String> {
+    if let Some(locker) = &e.locker {
+        let comm = locker.comm.as_deref().unwrap_or("?");
+        return Some(format!("{comm} {} (outside)", locker.pid));
+    }
+    let tid = e.tid?;
+    Some(match &e.thread_name {
+        Some(name) => format!("{name} {tid}"),
+        None => tid.to_string(),
+    })
+}
+
+/// The frame that names a stack best: the innermost user frame outside the C library and the
+/// Rust standard library (the caller that matters), else the innermost kernel frame.
+fn place(e: &Entry) -> String {
+    let is_libc = |m: &str| m.contains("/libc.so") || m.contains("/ld-linux");
+    let is_std = |symbol: &str| {
+        [
+            "core::", "std::", "alloc::", "<core::", "<std::", "<alloc::",
+        ]
+        .iter()
+        .any(|prefix| symbol.starts_with(prefix))
+    };
+    let user = e
+        .frames
+        .iter()
+        .filter(|f| !f.kernel && !is_libc(&f.module))
+        .filter_map(|f| f.symbol.clone())
+        .find(|symbol| !is_std(symbol));
+    let kernel = || {
+        e.frames
+            .iter()
+            .filter(|f| f.kernel)
+            .find_map(|f| f.symbol.clone())
+    };
+    user.or_else(kernel).unwrap_or_else(|| {
+        if e.stack_collected {
+            "(unsymbolized)".into()
+        } else {
+            "(no stack: under the stack threshold)".into()
+        }
+    })
+}
+
+fn stack_row(e: &Entry, report: &Report) -> Row {
+    let addrs: Vec<String> = e.frames.iter().map(|f| format!("{:x}", f.addr)).collect();
+    let id = format!(
+        "{:?}/{:?}/{:?}/{:?}/{:?}/{}",
+        e.kind,
+        e.mode,
+        e.cause,
+        e.tid,
+        e.locker.as_ref().map(|l| l.pid),
+        addrs.join(",")
+    );
+    Row {
+        id,
+        kind: e.kind,
+        mode: e.mode,
+        cause: e.cause,
+        count: e.count,
+        total_ns: e.total_ns,
+        avg_ns: e.avg_ns,
+        p99_ns: e.p99_ns,
+        max_ns: e.max_ns,
+        max_is_upper_bound: e.max_is_upper_bound,
+        share: share(e.total_ns, report),
+        thread: thread_label(e),
+        place: place(e),
+        detail: stack_parts(e)
+            .into_iter()
+            .filter(|part| !part.is_empty())
+            .collect(),
+    }
+}
+
+/// User frames, then kernel frames, innermost first, as in the text report; each part under a
+/// title line.
+fn stack_parts(e: &Entry) -> [Vec<String>; 2] {
+    if !e.stack_collected {
+        let none = "(no stack: each one was under the --stack-threshold)".to_string();
+        return [vec![none], Vec::new()];
+    }
+    let part = |kernel: bool, title: &str| {
+        let mut lines = vec![title.to_string()];
+        lines.extend(
+            e.frames
+                .iter()
+                .filter(|f| f.kernel == kernel)
+                .map(short_frame),
+        );
+        lines
+    };
+    [part(false, "user frames:"), part(true, "kernel frames:")]
+}
+
+/// One column: user frames, then kernel frames.
+fn stack_lines(e: &Entry) -> Vec<String> {
+    stack_parts(e).into_iter().flatten().collect()
+}
+
+/// One row per (cause, kind, mode), per thread when the entries carry threads. The pane lists
+/// the cause's stacks, largest first.
+fn cause_group_rows(entries: &[&Entry], report: &Report) -> Vec<Row> {
+    let mut by_thread: BTreeMap<Option<String>, Vec<Entry>> = BTreeMap::new();
+    for e in entries {
+        by_thread
+            .entry(thread_label(e))
+            .or_default()
+            .push((*e).clone());
+    }
+    let mut rows = Vec::new();
+    for (thread, group) in by_thread {
+        for c in cause_rows(&group) {
+            let mut stacks: Vec<&Entry> = group
+                .iter()
+                .filter(|e| (e.cause, e.kind, e.mode) == (c.cause, c.kind, c.mode))
+                .collect();
+            stacks.sort_by_key(|e| std::cmp::Reverse(e.total_ns));
+            let mut detail = Vec::new();
+            for e in &stacks {
+                detail.push(format!(
+                    "{} in {} ({})",
+                    crate::present::human_ns(e.total_ns),
+                    e.count,
+                    place(e)
+                ));
+                detail.extend(stack_lines(e).into_iter().map(|l| format!("    {l}")));
+            }
+            rows.push(Row {
+                id: format!("{:?}/{:?}/{:?}/{:?}", c.cause, c.kind, c.mode, thread),
+                kind: c.kind,
+                mode: c.mode,
+                cause: c.cause,
+                count: c.count,
+                total_ns: c.total_ns,
+                avg_ns: c.avg_ns,
+                p99_ns: c.p99_ns,
+                max_ns: c.max_ns,
+                max_is_upper_bound: stacks.iter().any(|e| e.max_is_upper_bound),
+                share: share(c.total_ns, report),
+                thread: thread.clone(),
+                place: match stacks.len() {
+                    1 => "1 stack".to_string(),
+                    n => format!("{n} stacks"),
+                },
+                detail: vec![detail],
+            });
+        }
+    }
+    rows
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::model::{build_report, report::tests::sample};
+
+    pub(crate) fn snapshot() -> LiveSnapshot {
+        let (harvest, symbols, meta) = sample();
+        let cumulative = build_report(&harvest, &symbols, &meta);
+        let mut interval = cumulative.clone();
+        interval.duration_ns = 1_000_000_000;
+        interval.entries.truncate(2);
+        interval.entries[1].max_is_upper_bound = true;
+        LiveSnapshot {
+            interval,
+            cumulative,
+            elapsed_ns: 12_300_000_000,
+            threads_now: 4,
+            per_thread: false,
+            was_reset: false,
+        }
+    }
+
+    pub(crate) fn key(code: KeyCode) -> KeyEvent {
+        KeyEvent::new(code, KeyModifiers::NONE)
+    }
+
+    fn state() -> ViewState {
+        let mut s = ViewState::new(Duration::from_secs(1), false);
+        s.receive(snapshot());
+        s
+    }
+
+    #[test]
+    fn rows_default_to_total_descending() {
+        let s = state();
+        let rows = s.rows();
+        assert_eq!(rows.len(), 5);
+        assert!(rows.windows(2).all(|w| w[0].total_ns >= w[1].total_ns));
+        assert_eq!(rows[0].place, "munmap", "user frame outside libc");
+        assert!(
+            (rows[0].share - 0.01).abs() < 1e-9,
+            "40 ms of 4 s thread time"
+        );
+    }
+
+    #[test]
+    fn number_keys_sort_and_repeat_reverses() {
+        let mut s = state();
+        s.on_key(key(KeyCode::Char('4')));
+        assert_eq!((s.sort, s.descending), (Column::Count, true));
+        let counts: Vec<u64> = s.rows().iter().map(|r| r.count).collect();
+        assert_eq!(counts[0], 2);
+        s.on_key(key(KeyCode::Char('4')));
+        assert!(!s.descending);
+        assert_eq!(s.rows()[0].count, 1);
+        s.on_key(key(KeyCode::Char('3')));
+        assert_eq!((s.sort, s.descending), (Column::Cause, false));
+        assert_eq!(
+            s.rows()[0].cause,
+            Cause::ProcReader,
+            "\"/proc reader\" sorts first"
+        );
+        s.on_key(key(KeyCode::Char('>')));
+        assert_eq!(s.sort, Column::Count);
+    }
+
+    #[test]
+    fn selection_moves_clamps_and_follows_its_row() {
+        let mut s = state();
+        s.on_key(key(KeyCode::Down));
+        s.on_key(key(KeyCode::Down));
+        assert_eq!(s.selected(), 2);
+        let id = s.rows()[2].id.clone();
+        s.on_key(key(KeyCode::PageDown));
+        assert_eq!(s.selected(), 4, "clamped to the last row");
+        s.on_key(key(KeyCode::PageUp));
+        assert_eq!(s.selected(), 0);
+        s.on_key(key(KeyCode::Down));
+        s.on_key(key(KeyCode::Down));
+        // Sorting by count moves the row; the selection goes with it.
+        s.on_key(key(KeyCode::Char('4')));
+        assert_eq!(s.rows()[s.selected()].id, id);
+    }
+
+    #[test]
+    fn filters_grouping_window_and_commands() {
+        let mut s = state();
+        s.on_key(key(KeyCode::Char('w')));
+        assert!(s.rows().iter().all(|r| r.kind == Kind::Wait));
+        s.on_key(key(KeyCode::Char('w')));
+        assert_eq!(s.kinds, KindFilter::Both);
+        s.on_key(key(KeyCode::Char('c')));
+        let causes = s.rows();
+        assert_eq!(
+            causes.len(),
+            5,
+            "sample has five (cause, kind, mode) groups"
+        );
+        assert!(
+            causes[0].detail[0][0].contains("in 1"),
+            "{:?}",
+            causes[0].detail
+        );
+        s.on_key(key(KeyCode::Char('i')));
+        assert_eq!(s.window, Window::Interval);
+        assert_eq!(s.on_key(key(KeyCode::Char('r'))), Some(Command::Reset));
+        assert_eq!(
+            s.on_key(key(KeyCode::Char('t'))),
+            Some(Command::PerThread(true))
+        );
+        assert_eq!(s.on_key(key(KeyCode::Char('q'))), Some(Command::Quit));
+        let ctrl_c = KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL);
+        assert_eq!(s.on_key(ctrl_c), Some(Command::Quit));
+    }
+
+    #[test]
+    fn an_unpicked_selection_stays_on_top() {
+        let mut s = state();
+        s.on_key(key(KeyCode::Char('4')));
+        assert_eq!(s.selected(), 0);
+        assert_eq!(s.rows()[0].count, 2);
+    }
+
+    #[test]
+    fn pause_holds_the_shown_snapshot() {
+        let mut s = state();
+        s.on_key(key(KeyCode::Char(' ')));
+        let mut newer = snapshot();
+        newer.cumulative.entries.truncate(1);
+        s.receive(newer);
+        assert_eq!(s.rows().len(), 5, "paused: still the old snapshot");
+        s.on_key(key(KeyCode::Char(' ')));
+        assert_eq!(s.rows().len(), 1);
+    }
+
+    #[test]
+    fn stack_pane_lines_mark_the_kernel_part() {
+        let s = state();
+        let top = &s.rows()[0];
+        assert_eq!(
+            top.detail,
+            [
+                vec!["user frames:", "munmap", "scan_file"],
+                vec!["kernel frames:", "__vm_munmap", "do_syscall_64"]
+            ]
+        );
+    }
+}

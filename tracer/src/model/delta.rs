@@ -1,0 +1,352 @@
+//! Windows over cumulative snapshots. The kernel maps only ever grow; what happened between two
+//! snapshots (one refresh interval, or since the user pressed reset) is their difference.
+//!
+//! Counts, totals and histogram slots subtract exactly. A maximum does not: when the interval
+//! beat the earlier record, the new record is the interval's exact maximum; otherwise the
+//! interval's maximum is only known to lie in its highest non-empty histogram slot, so the top
+//! of that slot (capped by the earlier record) is reported and flagged `max_is_upper_bound`.
+
+use std::collections::HashMap;
+
+use tracer_common::{
+    AggKey, AggValue, BlockKey, BlockValue, ModeTotals, SleepKey, SyscallTotals, HIST_SLOTS,
+    KIND_WAIT,
+};
+
+use super::{Harvest, RawEntry};
+
+/// What happened after `before` and up to `now` (both cumulative snapshots of one trace).
+pub fn since(now: &Harvest, before: &Harvest) -> Harvest {
+    let earlier: HashMap<&AggKey, &AggValue> =
+        before.entries.iter().map(|e| (&e.key, &e.value)).collect();
+    let entries: Vec<RawEntry> = now
+        .entries
+        .iter()
+        .map(|e| entry_since(e, earlier.get(&e.key).copied()))
+        .filter(|e| e.value.count > 0)
+        .collect();
+    let mut totals = now.totals;
+    for (slot, t) in totals.iter_mut().enumerate() {
+        *t = totals_since(t, &before.totals[slot], &entries, slot);
+    }
+    Harvest {
+        entries,
+        totals,
+        counters: now
+            .counters
+            .iter()
+            .map(|&(c, n)| {
+                let old = before
+                    .counters
+                    .iter()
+                    .find(|(o, _)| *o == c)
+                    .map_or(0, |x| x.1);
+                (c, n.saturating_sub(old))
+            })
+            .collect(),
+        blocked: keyed_since(&now.blocked, &before.blocked, |n, o| BlockValue {
+            count: n.count.saturating_sub(o.count),
+            wait_ns: n.wait_ns.saturating_sub(o.wait_ns),
+        }),
+        sleeps: keyed_since(&now.sleeps, &before.sleeps, |n, o| n.saturating_sub(*o)),
+        syscalls: std::array::from_fn(|i| {
+            let (n, o) = (&now.syscalls[i], &before.syscalls[i]);
+            SyscallTotals {
+                count: n.count.saturating_sub(o.count),
+                total_ns: n.total_ns.saturating_sub(o.total_ns),
+                lock_wait_ns: n.lock_wait_ns.saturating_sub(o.lock_wait_ns),
+                lock_hold_ns: n.lock_hold_ns.saturating_sub(o.lock_hold_ns),
+            }
+        }),
+        faults: std::array::from_fn(|i| now.faults[i].saturating_sub(before.faults[i])),
+        timeline: Vec::new(),
+        ..now.clone()
+    }
+}
+
+/// Per-key differences of a growing keyed table; keys with nothing new are dropped.
+fn keyed_since<K: Copy + Eq + std::hash::Hash, V: Copy + Default + PartialEq>(
+    now: &[(K, V)],
+    before: &[(K, V)],
+    sub: impl Fn(&V, &V) -> V,
+) -> Vec<(K, V)> {
+    let earlier: HashMap<&K, &V> = before.iter().map(|(k, v)| (k, v)).collect();
+    now.iter()
+        .map(|(k, v)| (*k, earlier.get(k).map_or(*v, |old| sub(v, old))))
+        .filter(|(_, v)| *v != V::default())
+        .collect()
+}
+
+fn entry_since(now: &RawEntry, before: Option<&AggValue>) -> RawEntry {
+    let Some(old) = before else {
+        return now.clone();
+    };
+    let mut hist = [0u64; HIST_SLOTS];
+    for (slot, n) in hist.iter_mut().enumerate() {
+        *n = now.value.hist[slot].saturating_sub(old.hist[slot]);
+    }
+    let new_record = now.value.max_ns > old.max_ns;
+    let max_ns = if new_record {
+        now.value.max_ns
+    } else {
+        highest_slot_top(&hist).min(old.max_ns)
+    };
+    RawEntry {
+        key: now.key,
+        value: AggValue {
+            count: now.value.count.saturating_sub(old.count),
+            total_ns: now.value.total_ns.saturating_sub(old.total_ns),
+            max_ns,
+            contended_ns: now.value.contended_ns.saturating_sub(old.contended_ns),
+            runnable_ns: now.value.runnable_ns.saturating_sub(old.runnable_ns),
+            sleeping_ns: now.value.sleeping_ns.saturating_sub(old.sleeping_ns),
+            uninterruptible_ns: now
+                .value
+                .uninterruptible_ns
+                .saturating_sub(old.uninterruptible_ns),
+            hist,
+        },
+        max_is_upper_bound: !new_record,
+    }
+}
+
+/// The largest value the highest non-empty slot can hold (slot i holds [2^(i-1), 2^i)).
+fn highest_slot_top(hist: &[u64; HIST_SLOTS]) -> u64 {
+    match hist.iter().rposition(|&n| n > 0) {
+        None | Some(0) => 0,
+        Some(slot) => 1u64
+            .checked_shl(slot as u32)
+            .map_or(u64::MAX, |top| top - 1),
+    }
+}
+
+/// Per-mode totals over the window. Their maxima come from the window's entries of the same
+/// slot (outside or not, read or write), which carry histograms.
+fn totals_since(
+    now: &ModeTotals,
+    before: &ModeTotals,
+    window_entries: &[RawEntry],
+    slot: usize,
+) -> ModeTotals {
+    let max_of = |kind: u8| {
+        window_entries
+            .iter()
+            .filter(|e| totals_slot(&e.key) == slot && e.key.kind == kind)
+            .map(|e| e.value.max_ns)
+            .max()
+            .unwrap_or(0)
+    };
+    ModeTotals {
+        acquisitions: now.acquisitions.saturating_sub(before.acquisitions),
+        failed_trylocks: now.failed_trylocks.saturating_sub(before.failed_trylocks),
+        interrupted: now.interrupted.saturating_sub(before.interrupted),
+        downgrades: now.downgrades.saturating_sub(before.downgrades),
+        waits: now.waits.saturating_sub(before.waits),
+        wait_ns: now.wait_ns.saturating_sub(before.wait_ns),
+        max_wait_ns: max_of(KIND_WAIT),
+        holds: now.holds.saturating_sub(before.holds),
+        hold_ns: now.hold_ns.saturating_sub(before.hold_ns),
+        max_hold_ns: max_of(tracer_common::KIND_HOLD),
+    }
+}
+
+fn totals_slot(key: &AggKey) -> usize {
+    tracer_common::totals_index(key.locker_pid != 0, key.mode) as usize
+}
+
+/// Merges per-thread entries of the targets' own threads into per-process ones (the live view
+/// collects per thread so that it can switch views without reloading the programs). Outside
+/// lockers keep their thread id, as they do in every report.
+pub fn without_threads(harvest: &Harvest) -> Harvest {
+    let mut merged: Vec<RawEntry> = Vec::with_capacity(harvest.entries.len());
+    let mut index: HashMap<AggKey, usize> = HashMap::new();
+    for e in &harvest.entries {
+        let mut key = e.key;
+        if key.locker_pid == 0 {
+            key.tid = 0;
+        }
+        match index.get(&key) {
+            Some(&i) => {
+                let into = &mut merged[i];
+                into.value.merge(&e.value);
+                into.max_is_upper_bound &= e.max_is_upper_bound;
+            }
+            None => {
+                index.insert(key, merged.len());
+                merged.push(RawEntry { key, ..e.clone() });
+            }
+        }
+    }
+    let untid = |mut key: AggKey| {
+        if key.locker_pid == 0 {
+            key.tid = 0;
+        }
+        key
+    };
+    Harvest {
+        entries: merged,
+        blocked: merge_keyed(
+            harvest.blocked.iter().map(|(k, v)| {
+                let key = BlockKey {
+                    waiter: untid(k.waiter),
+                    ..*k
+                };
+                (key, *v)
+            }),
+            |into, v| {
+                into.count += v.count;
+                into.wait_ns += v.wait_ns;
+            },
+        ),
+        sleeps: merge_keyed(
+            harvest.sleeps.iter().map(|(k, v)| {
+                let key = SleepKey {
+                    hold: untid(k.hold),
+                    ..*k
+                };
+                (key, *v)
+            }),
+            |into, v| *into += v,
+        ),
+        ..harvest.clone()
+    }
+}
+
+/// Sums the values of equal keys, keeping the first occurrence's order.
+fn merge_keyed<K: Copy + Eq + std::hash::Hash, V: Copy>(
+    items: impl Iterator<Item = (K, V)>,
+    add: impl Fn(&mut V, &V),
+) -> Vec<(K, V)> {
+    let mut out: Vec<(K, V)> = Vec::new();
+    let mut index: HashMap<K, usize> = HashMap::new();
+    for (k, v) in items {
+        match index.get(&k) {
+            Some(&i) => add(&mut out[i].1, &v),
+            None => {
+                index.insert(k, out.len());
+                out.push((k, v));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tracer_common::{log2_slot, Counter, KIND_HOLD, MODE_WRITE};
+
+    fn entry(tid: u32, kind: u8, samples: &[u64]) -> RawEntry {
+        let mut value = AggValue::default();
+        for &ns in samples {
+            value.add(ns);
+        }
+        RawEntry {
+            key: AggKey {
+                pid: 1,
+                tid,
+                kernel_stack: 5,
+                user_stack: -1,
+                kind,
+                mode: MODE_WRITE,
+                ..AggKey::default()
+            },
+            value,
+            max_is_upper_bound: false,
+        }
+    }
+
+    fn harvest(entries: Vec<RawEntry>, unpaired: u64) -> Harvest {
+        let mut h = Harvest {
+            entries,
+            counters: Counter::ALL.iter().map(|&c| (c, 0)).collect(),
+            ..Harvest::default()
+        };
+        h.counters[Counter::UnpairedRelease as usize].1 = unpaired;
+        for e in h.entries.clone() {
+            let t = &mut h.totals[totals_slot(&e.key)];
+            for _ in 0..e.value.count {
+                t.acquisitions += (e.key.kind == KIND_WAIT) as u64;
+            }
+            if e.key.kind == KIND_WAIT {
+                t.wait_ns += e.value.total_ns;
+                t.max_wait_ns = t.max_wait_ns.max(e.value.max_ns);
+            }
+        }
+        h
+    }
+
+    #[test]
+    fn counts_totals_and_slots_subtract() {
+        let before = harvest(vec![entry(0, KIND_WAIT, &[1_000, 3_000_000])], 1);
+        let now = harvest(
+            vec![
+                entry(0, KIND_WAIT, &[1_000, 3_000_000, 2_000, 1_500]),
+                entry(0, KIND_HOLD, &[40]),
+            ],
+            4,
+        );
+        let d = since(&now, &before);
+        assert_eq!(d.entries.len(), 2);
+        let wait = &d.entries[0].value;
+        assert_eq!((wait.count, wait.total_ns), (2, 3_500));
+        assert_eq!(wait.hist.iter().sum::<u64>(), 2);
+        assert_eq!(wait.hist[log2_slot(2_000)], 2);
+        assert_eq!(d.entries[1].value.count, 1, "a new key counts whole");
+        assert!(!d.entries[1].max_is_upper_bound);
+        assert_eq!(d.totals[1].acquisitions, 2);
+        assert_eq!(d.totals[1].wait_ns, 3_500);
+        assert_eq!(d.counters[Counter::UnpairedRelease as usize].1, 3);
+    }
+
+    #[test]
+    fn a_new_record_is_an_exact_interval_max() {
+        let before = harvest(vec![entry(0, KIND_WAIT, &[1_000])], 0);
+        let now = harvest(vec![entry(0, KIND_WAIT, &[1_000, 7_000])], 0);
+        let d = since(&now, &before);
+        assert_eq!(d.entries[0].value.max_ns, 7_000);
+        assert!(!d.entries[0].max_is_upper_bound);
+        assert_eq!(d.totals[1].max_wait_ns, 7_000);
+    }
+
+    #[test]
+    fn an_old_record_leaves_an_upper_bound_from_the_histogram() {
+        let before = harvest(vec![entry(0, KIND_WAIT, &[3_000_000])], 0);
+        let now = harvest(vec![entry(0, KIND_WAIT, &[3_000_000, 1_500])], 0);
+        let d = since(&now, &before);
+        let e = &d.entries[0];
+        assert!(e.max_is_upper_bound);
+        // 1500 lies in [1024, 2048): the bound is 2047, not the 3 ms record.
+        assert_eq!(e.value.max_ns, 2_047);
+        assert!(e.value.max_ns >= 1_500);
+    }
+
+    #[test]
+    fn unchanged_entries_leave_the_window() {
+        let h = harvest(vec![entry(0, KIND_WAIT, &[10])], 0);
+        assert!(since(&h, &h).entries.is_empty());
+        assert_eq!(since(&h, &h).totals[1], ModeTotals::default());
+    }
+
+    #[test]
+    fn threads_merge_but_outside_lockers_stay_apart() {
+        let mut outside = entry(9, KIND_WAIT, &[5]);
+        outside.key.locker_pid = 77;
+        let h = harvest(
+            vec![
+                entry(2, KIND_WAIT, &[10, 20]),
+                entry(3, KIND_WAIT, &[30]),
+                outside,
+            ],
+            0,
+        );
+        let merged = without_threads(&h);
+        assert_eq!(merged.entries.len(), 2);
+        let own = &merged.entries[0];
+        assert_eq!(
+            (own.key.tid, own.value.count, own.value.total_ns),
+            (0, 3, 60)
+        );
+        assert_eq!(merged.entries[1].key.tid, 9);
+    }
+}
