@@ -424,9 +424,73 @@ fn stack_row(e: &Entry, report: &Report) -> Row {
         place: place(e),
         detail: stack_parts(e)
             .into_iter()
+            .chain([why_lines(e)])
             .filter(|part| !part.is_empty())
             .collect(),
     }
+}
+
+/// Holders waited behind (shown per wait).
+const BLOCKERS_IN_PANE: usize = 4;
+
+/// The attribution column of the stack pane: for a wait, its sleeping part and the holders it
+/// waited behind; for a hold, its off-CPU time, where it slept, and the waiting it caused.
+fn why_lines(e: &Entry) -> Vec<String> {
+    let mut lines = Vec::new();
+    let pct = |part: u64| part as f64 * 100.0 / e.total_ns.max(1) as f64;
+    if let Some(contended) = e.contended_ns.filter(|&ns| ns > 0) {
+        lines.push(format!("asleep in slow path: {:.0}%", pct(contended)));
+    }
+    if !e.blocked_by.is_empty() {
+        lines.push("waited behind:".into());
+    }
+    for b in e.blocked_by.iter().take(BLOCKERS_IN_PANE) {
+        let who = match &b.locker {
+            Some(l) => format!("{} {}", l.comm.as_deref().unwrap_or("?"), l.pid),
+            None => format!("tid {}", b.tids.first().copied().unwrap_or(0)),
+        };
+        lines.push(format!(
+            "{:>3.0}% {} hold [{}] {who}",
+            b.share * 100.0,
+            b.mode.label(),
+            b.cause.label()
+        ));
+        if let Some(top) = b.frames.iter().find(|f| f.kernel).or(b.frames.first()) {
+            lines.push(format!("     {}", short_frame(top)));
+        }
+    }
+    if let Some(off) = e
+        .offcpu
+        .as_ref()
+        .filter(|o| o.runnable_ns + o.sleeping_ns > 0)
+    {
+        lines.push(format!(
+            "off CPU: runnable {:.0}%, asleep {:.0}% (D {:.0}%)",
+            pct(off.runnable_ns),
+            pct(off.sleeping_ns),
+            pct(off.uninterruptible_ns)
+        ));
+    }
+    if !e.sleep_frames.is_empty() {
+        lines.push("slept in:".into());
+        lines.extend(
+            e.sleep_frames
+                .iter()
+                .take(6)
+                .map(|f| format!("  {}", short_frame(f))),
+        );
+    }
+    if let Some(caused) = e.blocked_others.as_ref().filter(|b| b.count > 0) {
+        lines.push(format!(
+            "blocked others: {} over {} waits",
+            crate::present::human_ns(caused.wait_ns),
+            caused.count
+        ));
+    }
+    if !lines.is_empty() {
+        lines.insert(0, "why:".into());
+    }
+    lines
 }
 
 /// User frames, then kernel frames, innermost first, as in the text report; each part under a
@@ -509,7 +573,46 @@ fn cause_group_rows(entries: &[&Entry], report: &Report) -> Vec<Row> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::model::{build_report, report::tests::sample};
+    use crate::model::{
+        build_report,
+        report::tests::{attributed, sample},
+    };
+
+    #[test]
+    fn the_stack_pane_says_why() {
+        let (harvest, symbols, meta) = attributed();
+        let report = build_report(&harvest, &symbols, &meta);
+        let hold = &report.entries[0];
+        let hold_why = why_lines(hold);
+        assert_eq!(hold_why[0], "why:");
+        assert!(
+            hold_why.contains(&"off CPU: runnable 12%, asleep 50% (D 38%)".to_string()),
+            "{hold_why:?}"
+        );
+        assert!(
+            hold_why.iter().any(|l| l.contains("io_schedule")),
+            "{hold_why:?}"
+        );
+        assert!(
+            hold_why.contains(&"blocked others: 750.0 µs over 2 waits".to_string()),
+            "{hold_why:?}"
+        );
+        let wait = report
+            .entries
+            .iter()
+            .find(|e| e.cause == Cause::PageFault)
+            .unwrap();
+        let wait_why = why_lines(wait);
+        assert!(
+            wait_why.contains(&" 75% write hold [munmap] tid 7".to_string()),
+            "{wait_why:?}"
+        );
+        let row = stack_row(wait, &report);
+        assert_eq!(row.detail.last().unwrap(), &wait_why, "a column of its own");
+        // Entries without attribution keep the two stack columns only.
+        let plain = report.entries.iter().find(|e| e.outside_locker).unwrap();
+        assert!(why_lines(plain).is_empty());
+    }
 
     pub(crate) fn snapshot() -> LiveSnapshot {
         let (harvest, symbols, meta) = sample();
