@@ -54,7 +54,10 @@ pub fn run(seconds: u32, build: bool) -> Result<()> {
     );
     let pid = read_ready_pid(&mut workload_stdout)?;
 
-    let tracer_cmd = Cmd::new(&binary("mmapsem-trace")).args(&["-p", &pid.to_string()]);
+    // --no-live: the demo prints the final report even when its stdout is a terminal (where
+    // the tracer would otherwise open its live view).
+    let tracer_cmd =
+        Cmd::new(&binary("mmapsem-trace")).args(&["-p", &pid.to_string(), "--no-live"]);
     let mut tracer = Guarded::new(
         "mmapsem-trace",
         tracer_cmd.spawn(Stdio::inherit(), Stdio::piped())?,
