@@ -491,19 +491,11 @@ pub struct TimelineEvent {
     /// bpf_ktime_get_ns (CLOCK_MONOTONIC) when the wait or hold began.
     pub start_ns: u64,
     pub duration_ns: u64,
-    /// Target whose mm was locked.
-    pub pid: u32,
     /// The locking thread (always set, whatever the aggregation key holds).
     pub tid: u32,
-    /// Tgid of an outside locker, else 0.
-    pub locker_pid: u32,
-    pub kernel_stack: i32,
-    pub user_stack: i32,
-    pub kind: u8,
-    pub mode: u8,
-    /// As in AggKey: the mm syscall in progress (1 + index) and the fault flag.
-    pub syscall: u8,
-    pub fault: u8,
+    pub _pad: u32,
+    /// The entry the wait or hold was aggregated under (its stacks, kind, mode, cause).
+    pub key: AggKey,
 }
 
 /// Key of the per-(thread, mm) lock state map.
@@ -604,7 +596,7 @@ mod tests {
     #[test]
     fn timeline_event_has_no_implicit_padding() {
         // 2 x u64 + 5 x 32-bit + 2 x u8 + 2 pad bytes: the kernel and user space agree on it.
-        assert_eq!(core::mem::size_of::<TimelineEvent>(), 40);
+        assert_eq!(core::mem::size_of::<TimelineEvent>(), 48);
         assert_eq!(core::mem::align_of::<TimelineEvent>(), 8);
     }
 

@@ -28,15 +28,9 @@ pub fn emit(locker: &Locker, key: &AggKey, ns: u64) {
     let event = TimelineEvent {
         start_ns: end_ns.saturating_sub(ns),
         duration_ns: ns,
-        pid: key.pid,
         tid: locker.tid,
-        locker_pid: key.locker_pid,
-        kernel_stack: key.kernel_stack,
-        user_stack: key.user_stack,
-        kind: key.kind,
-        mode: key.mode,
-        syscall: key.syscall,
-        fault: key.fault,
+        _pad: 0,
+        key: *key,
     };
     if TIMELINE.output::<TimelineEvent>(&event, 0).is_err() {
         count(Counter::TimelineDropped);

@@ -59,8 +59,9 @@ pub struct Harvest {
 }
 
 impl Harvest {
-    /// Every stack the report will show: entries' own, the holders' their waits were charged
-    /// to, and the stacks holders slept in. User stacks belong to the process that took them.
+    /// Every stack the report will show: entries' and timeline events' own, the holders their
+    /// waits were charged to, and the stacks holders slept in. User stacks belong to the
+    /// process that took them.
     pub fn stack_refs(&self) -> HashSet<StackRef> {
         let mut refs = HashSet::new();
         let mut add_key = |k: &AggKey| {
@@ -71,6 +72,7 @@ impl Harvest {
             });
         };
         self.entries.iter().for_each(|e| add_key(&e.key));
+        self.timeline.iter().for_each(|e| add_key(&e.key));
         for (key, _) in &self.blocked {
             refs.insert(StackRef::Kernel(key.holder.kernel_stack));
             refs.insert(StackRef::User {
@@ -80,13 +82,6 @@ impl Harvest {
         }
         for (key, _) in &self.sleeps {
             refs.insert(StackRef::Kernel(key.stack));
-        }
-        for event in &self.timeline {
-            refs.insert(StackRef::Kernel(event.kernel_stack));
-            refs.insert(StackRef::User {
-                pid: stack_owner(event.pid, event.locker_pid),
-                id: event.user_stack,
-            });
         }
         refs.retain(|r| match r {
             StackRef::Kernel(id) | StackRef::User { id, .. } => *id >= 0,

@@ -7,7 +7,7 @@ use tracer_common::TimelineEvent;
 use super::{
     cause::{cause_of, Cause},
     report::{stack_frames, Kind, Mode},
-    stack_owner, Frame, Symbols,
+    user_stack_owner, Frame, Symbols,
 };
 
 /// One wait or hold, placed on a track.
@@ -41,21 +41,18 @@ pub fn slices(events: &[TimelineEvent], symbols: &Symbols, origin_ns: u64) -> Ve
     events
         .iter()
         .map(|e| {
-            let (kernel, frames) = stack_frames(
-                symbols,
-                e.kernel_stack,
-                e.user_stack,
-                stack_owner(e.pid, e.locker_pid),
-            );
+            let k = &e.key;
+            let (kernel, frames) =
+                stack_frames(symbols, k.kernel_stack, k.user_stack, user_stack_owner(k));
             Slice {
-                pid: e.pid,
+                pid: k.pid,
                 tid: e.tid,
-                locker_pid: (e.locker_pid != 0).then_some(e.locker_pid),
+                locker_pid: (k.locker_pid != 0).then_some(k.locker_pid),
                 start_ns: e.start_ns.saturating_sub(origin_ns),
                 duration_ns: e.duration_ns,
-                kind: Kind::from_raw(e.kind),
-                mode: Mode::from_raw(e.mode),
-                cause: cause_of(e.syscall, e.fault, kernel),
+                kind: Kind::from_raw(k.kind),
+                mode: Mode::from_raw(k.mode),
+                cause: cause_of(k.syscall, k.fault, kernel),
                 frames,
             }
         })
@@ -66,7 +63,7 @@ pub fn slices(events: &[TimelineEvent], symbols: &Symbols, origin_ns: u64) -> Ve
 pub(crate) mod tests {
     use super::*;
     use crate::model::StackRef;
-    use tracer_common::{KIND_HOLD, KIND_WAIT, MODE_READ, MODE_WRITE, NO_STACK};
+    use tracer_common::{AggKey, KIND_HOLD, KIND_WAIT, MODE_READ, MODE_WRITE, NO_STACK};
 
     fn kernel_frame(symbol: &str) -> Frame {
         Frame {
@@ -82,12 +79,15 @@ pub(crate) mod tests {
         let event = |start_ns, duration_ns, tid, kernel_stack, kind, mode| TimelineEvent {
             start_ns,
             duration_ns,
-            pid: 42,
             tid,
-            kernel_stack,
-            user_stack: NO_STACK,
-            kind,
-            mode,
+            key: AggKey {
+                pid: 42,
+                kernel_stack,
+                user_stack: NO_STACK,
+                kind,
+                mode,
+                ..AggKey::default()
+            },
             ..TimelineEvent::default()
         };
         let events = vec![

@@ -73,13 +73,16 @@ mod tests {
         let event = TimelineEvent {
             start_ns: 7,
             duration_ns: 2_000_000,
-            pid: 42,
             tid: 43,
-            kernel_stack: 3,
-            user_stack: -1,
-            kind: 1,
-            mode: 1,
-            ..TimelineEvent::default()
+            _pad: 0,
+            key: tracer_common::AggKey {
+                pid: 42,
+                kernel_stack: 3,
+                user_stack: -1,
+                kind: 1,
+                mode: 1,
+                ..Default::default()
+            },
         };
         // SAFETY: viewing a plain-integer struct as bytes.
         let bytes = unsafe {
@@ -91,6 +94,6 @@ mod tests {
         let mut misaligned = vec![0u8; 1];
         misaligned.extend_from_slice(bytes);
         assert_eq!(decode(&misaligned[1..]), Some(event));
-        assert_eq!(decode(&bytes[..39]), None);
+        assert_eq!(decode(&bytes[..bytes.len() - 1]), None);
     }
 }
