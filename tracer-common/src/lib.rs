@@ -332,6 +332,8 @@ pub struct Config {
     pub task_pending_signal_offset: u32,
     /// offsetof(struct task_struct, pid), for sched_switch's task pointers.
     pub task_pid_offset: u32,
+    /// offsetof(struct task_struct, flags), to tell kernel threads (PF_KTHREAD) apart.
+    pub task_flags_offset: u32,
     /// offsetof(struct mm_struct, mmap_lock): lock:contention_* name the lock, not the mm.
     pub mm_mmap_lock_offset: u32,
     /// lock_addr in lock:contention_begin / contention_end.
@@ -364,6 +366,7 @@ impl Config {
         task_mm_offset: 0,
         task_pending_signal_offset: 0,
         task_pid_offset: 0,
+        task_flags_offset: 0,
         mm_mmap_lock_offset: 0,
         contention_begin_lock: 0,
         contention_end_lock: 0,

@@ -32,6 +32,12 @@ pub fn classify(mm: u64) -> Option<Locker> {
         let owner = *owner;
         let outside_pid = if tgid == owner { 0 } else { tgid };
         if outside_pid != 0 {
+            if owns_as_user_process(mm, &cfg) {
+                // The target exited and its mm_struct was freed and reused by this process: a
+                // real outside locker locks someone else's mm. Forget the stale registration.
+                let _ = TARGET_MMS.remove(&mm);
+                return None;
+            }
             remember_comm(outside_pid);
         }
         return Some(Locker {
@@ -81,6 +87,21 @@ fn register(mm: u64, pid: u32) {
     if TARGET_MMS.insert(&mm, &pid, 0).is_err() {
         count(Counter::TargetMapFull);
     }
+}
+
+/// PF_KTHREAD in task_struct.flags.
+const PF_KTHREAD: u32 = 0x0020_0000;
+
+/// True when `mm` is the current task's own mm and the task is a user process (kernel threads
+/// such as vhost workers borrow other processes' mms with kthread_use_mm).
+#[inline(always)]
+fn owns_as_user_process(mm: u64, cfg: &tracer_common::Config) -> bool {
+    if current_mm(cfg.task_mm_offset) != mm {
+        return false;
+    }
+    let task = unsafe { bpf_get_current_task() } as *const u8;
+    let flags = task.wrapping_add(cfg.task_flags_offset as usize) as *const u32;
+    unsafe { bpf_probe_read_kernel(flags) }.is_ok_and(|f| f & PF_KTHREAD == 0)
 }
 
 #[inline(always)]

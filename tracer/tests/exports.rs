@@ -85,7 +85,12 @@ fn folded_stacks_parse_like_flamegraph_pl_and_show_both_paths() {
         .collect();
     assert!(lines.len() >= 3, "{folded}");
     for (frames, value) in &lines {
-        assert_eq!(frames[0], "mmapsem-workloa", "root is the process name");
+        // The process name; other processes that locked its mm (a `ps` reading /proc on this
+        // shared machine) are rooted under their own name.
+        assert!(
+            frames[0] == "mmapsem-workloa" || frames[0].contains("(outside locker, pid "),
+            "root is the process name: {frames:?}"
+        );
         assert!(frames[1].starts_with('[') && frames[1].ends_with(']'));
         assert!(["[read]", "[write]"].contains(&frames[2]), "{frames:?}");
         assert!(*value > 0);

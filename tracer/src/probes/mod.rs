@@ -100,6 +100,7 @@ impl Probes {
             task_mm_offset: offsets.task_mm,
             task_pending_signal_offset: offsets.task_pending_signal,
             task_pid_offset: offsets.task_pid,
+            task_flags_offset: offsets.task_flags,
             mm_mmap_lock_offset: offsets.mm_mmap_lock,
             stack_threshold_ns: settings.stack_threshold_ns,
             tracer_tgid: std::process::id(),

@@ -12,6 +12,7 @@ pub struct KernelOffsets {
     pub task_mm: u32,
     pub task_pending_signal: u32,
     pub task_pid: u32,
+    pub task_flags: u32,
     pub mm_mmap_lock: u32,
 }
 
@@ -29,6 +30,7 @@ impl KernelOffsets {
             task_mm: byte_offset(&btf, "task_struct", &["mm"])?,
             task_pending_signal: byte_offset(&btf, "task_struct", &["pending", "signal"])?,
             task_pid: byte_offset(&btf, "task_struct", &["pid"])?,
+            task_flags: byte_offset(&btf, "task_struct", &["flags"])?,
             mm_mmap_lock: byte_offset(&btf, "mm_struct", &["mmap_lock"])?,
         })
     }
