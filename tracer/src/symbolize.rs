@@ -130,7 +130,9 @@ fn user_frames(symbolizer: &Symbolizer, addrs: &[u64], history: &MappingHistory)
                 addr,
                 ..Frame::default()
             });
-            continue;
+            // A return address outside every executable mapping means the frame-pointer chain
+            // broke (code built without frame pointers): what follows is stack data, not frames.
+            break;
         };
         let file_offset = lookup - mapping.start + mapping.file_offset;
         let frame = Frame {
@@ -190,5 +192,36 @@ fn location(info: Option<&CodeInfo>) -> (Option<String>, Option<u32>) {
     match info {
         Some(ci) => (Some(ci.to_path().display().to_string()), ci.line),
         None => (None, None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::system::procfs::Mapping;
+
+    #[test]
+    fn a_return_address_outside_executable_code_ends_the_user_stack() {
+        let symbolizer = Symbolizer::new();
+        let mut history = MappingHistory::default();
+        history.add_all(vec![Mapping {
+            start: 0x1000,
+            end: 0x2000,
+            file_offset: 0,
+            path: "/nonexistent/app".into(),
+        }]);
+        // ip in the app, a return address in the app, then stack data the broken
+        // frame-pointer chain walked into, then more garbage.
+        let frames = user_frames(
+            &symbolizer,
+            &[0x1100, 0x1201, 0x7ffd_0000_0980, 0x1300],
+            &history,
+        );
+        let modules: Vec<&str> = frames.iter().map(|f| f.module.as_str()).collect();
+        assert_eq!(
+            modules,
+            ["/nonexistent/app", "/nonexistent/app", UNKNOWN_MODULE]
+        );
+        assert_eq!(frames[2].addr, 0x7ffd_0000_0980);
     }
 }
