@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use crate::model::report::{Entry, Report};
 
-pub const HEADER: [&str; 17] = [
+pub const HEADER: [&str; 25] = [
     "kind",
     "mode",
     "cause",
@@ -23,6 +23,16 @@ pub const HEADER: [&str; 17] = [
     "locker_comm",
     "stack_collected",
     "stack",
+    // Why it waited (empty where it does not apply: waits have no off-CPU split, holds no
+    // blockers).
+    "contended_ns",
+    "top_blocker",
+    "top_blocker_share",
+    "running_ns",
+    "runnable_ns",
+    "sleeping_ns",
+    "uninterruptible_ns",
+    "blocked_others_wait_ns",
 ];
 
 pub fn render(report: &Report) -> String {
@@ -57,8 +67,43 @@ fn row(e: &Entry) -> impl Iterator<Item = String> {
             .unwrap_or_default(),
         e.stack_collected.to_string(),
         stack(e),
+        optional_ns(e.contended_ns),
+        e.blocked_by
+            .first()
+            .map(|b| {
+                format!(
+                    "{} {} hold [{}]",
+                    b.mode.label(),
+                    b.cause.label(),
+                    top_frame(&b.frames)
+                )
+            })
+            .unwrap_or_default(),
+        e.blocked_by
+            .first()
+            .map(|b| format!("{:.3}", b.share))
+            .unwrap_or_default(),
+        optional_ns(e.offcpu.as_ref().map(|o| o.running_ns)),
+        optional_ns(e.offcpu.as_ref().map(|o| o.runnable_ns)),
+        optional_ns(e.offcpu.as_ref().map(|o| o.sleeping_ns)),
+        optional_ns(e.offcpu.as_ref().map(|o| o.uninterruptible_ns)),
+        optional_ns(e.blocked_others.as_ref().map(|b| b.wait_ns)),
     ]
     .into_iter()
+}
+
+fn optional_ns(v: Option<u64>) -> String {
+    v.map(|n| n.to_string()).unwrap_or_default()
+}
+
+/// The innermost kernel frame of a holder (what it was doing), else its innermost frame.
+fn top_frame(frames: &[crate::model::Frame]) -> String {
+    frames
+        .iter()
+        .find(|f| f.kernel)
+        .or(frames.first())
+        .and_then(|f| f.symbol.clone())
+        .unwrap_or_else(|| "?".into())
 }
 
 /// Frames innermost first (user then kernel, as in the text report), ` <- ` between them.
@@ -102,13 +147,35 @@ mod tests {
         assert_eq!(
             lines[1],
             "hold,write,munmap,1,40000000,40000000,40000000,40000000,40000000,42,,,false,,,true,\
-             munmap <- scan_file <- __vm_munmap <- do_syscall_64"
+             munmap <- scan_file <- __vm_munmap <- do_syscall_64,,,,40000000,0,0,0,0"
         );
         assert!(
             lines.iter().any(|l| l.contains(",true,9,cat,true,")),
             "{text}"
         );
         assert!(lines.iter().all(|l| l.split(',').count() == HEADER.len()));
+    }
+
+    #[test]
+    fn attribution_columns() {
+        let (harvest, symbols, meta) = crate::model::report::tests::attributed();
+        let report = build_report(&harvest, &symbols, &meta);
+        let text = render(&report);
+        let lines: Vec<&str> = text.lines().collect();
+        // The munmap hold: off CPU 15 ms running, 5 runnable, 20 asleep (15 in D); caused 750 µs.
+        assert!(
+            lines[1].ends_with(",,,,15000000,5000000,20000000,15000000,750000"),
+            "{}",
+            lines[1]
+        );
+        let fault = lines
+            .iter()
+            .find(|l| l.starts_with("wait,read,page fault"))
+            .unwrap();
+        assert!(
+            fault.contains(",0,write munmap hold [__vm_munmap],0.750,,,,,"),
+            "{fault}"
+        );
     }
 
     #[test]
