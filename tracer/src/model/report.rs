@@ -10,6 +10,7 @@ use tracer_common::{
     MM_SYSCALLS, MODE_WRITE, NO_STACK,
 };
 
+use super::unwound::UserStackKind;
 use super::{
     cause::{cause_of, Cause},
     histogram::{merge, percentile},
@@ -157,6 +158,9 @@ pub struct Entry {
     pub locker: Option<Locker>,
     /// False when the duration was below the stack threshold (or the stack was lost).
     pub stack_collected: bool,
+    /// How the user frames were obtained: unwound with CFI (`dwarf`), stopped early
+    /// (`truncated`), frame pointers (`fp`), or not at all (`none`).
+    pub user_stack: UserStackKind,
     /// User frames (innermost first), then kernel frames (innermost first).
     pub frames: Vec<Frame>,
     /// Non-empty log2 slots as [lower bound ns, count].
@@ -427,6 +431,7 @@ impl<'a> Index<'a> {
             outside_locker: k.locker_pid != 0,
             locker: self.locker(k.locker_pid),
             stack_collected: kernel.is_some(),
+            user_stack: UserStackKind::of(k.user_stack),
             frames: self.frames(k.kernel_stack, k.user_stack, user_stack_owner(k)),
             histogram: histogram_rows(&v.hist),
             contended_ns: is_wait.then_some(v.contended_ns),
