@@ -12,7 +12,10 @@
 use std::collections::HashMap;
 
 use serde::Serialize;
-use tracer_common::{AggKey, AggValue, UserStackEvent, NO_STACK};
+use tracer_common::{
+    AggKey, AggValue, BlockKey, BlockValue, HolderKey, SleepKey, UserStackEvent, KIND_HOLD,
+    NO_STACK,
+};
 
 use super::{Harvest, RawEntry};
 
@@ -120,23 +123,32 @@ impl Unwound {
             by_key.entry(*key).or_default().push((*id, value));
         }
         let mut unwound: HashMap<AggKey, AggValue> = HashMap::new();
+        // Original key -> (key of its largest part, that part's total).
+        let mut largest: HashMap<AggKey, (AggKey, u64)> = HashMap::new();
         for entry in &mut harvest.entries {
             let Some(moves) = by_key.get(&entry.key) else {
                 continue;
             };
+            let original = entry.key;
+            let mut parts = Vec::new();
             for &(id, value) in moves {
                 let moved = take(entry, value);
                 let key = AggKey {
                     user_stack: id,
                     ..entry.key
                 };
+                parts.push((key, moved.total_ns));
                 unwound.entry(key).or_default().merge(&moved);
                 harvest
                     .stacks
                     .entry(id)
                     .or_insert_with(|| self.stacks[&id].clone());
             }
+            parts.push((original, entry.value.total_ns));
+            let biggest = parts.into_iter().max_by_key(|&(_, ns)| ns);
+            largest.insert(original, biggest.expect("the remainder at least"));
         }
+        follow_largest_parts(harvest, &largest);
         harvest.entries.retain(|e| e.value.count > 0);
         harvest
             .entries
@@ -145,6 +157,74 @@ impl Unwound {
                 value,
                 max_is_upper_bound: false,
             }));
+    }
+}
+
+/// The side tables keyed by entry (holders waited behind, waits a hold caused, where a hold
+/// slept) are not per event, so they cannot be split exactly: they follow the largest part
+/// (by total time) of each split entry, usually the long events that were all copied.
+fn follow_largest_parts(harvest: &mut Harvest, largest: &HashMap<AggKey, (AggKey, u64)>) {
+    let moved = |key: &AggKey| largest.get(key).map_or(*key, |(to, _)| *to);
+    let holder_moves: HashMap<HolderSig, i32> = largest
+        .iter()
+        .filter(|(from, _)| from.kind == KIND_HOLD)
+        .map(|(from, (to, _))| (HolderSig::of(from), to.user_stack))
+        .collect();
+    let mut blocked: HashMap<BlockKey, BlockValue> = HashMap::new();
+    for (key, value) in &harvest.blocked {
+        let mut key = *key;
+        key.waiter = moved(&key.waiter);
+        if let Some(&user_stack) = holder_moves.get(&HolderSig::of_holder(&key.holder)) {
+            key.holder.user_stack = user_stack;
+        }
+        let into = blocked.entry(key).or_default();
+        into.count += value.count;
+        into.wait_ns += value.wait_ns;
+    }
+    harvest.blocked = blocked.into_iter().collect();
+    let mut sleeps: HashMap<SleepKey, u64> = HashMap::new();
+    for (key, ns) in &harvest.sleeps {
+        let key = SleepKey {
+            hold: moved(&key.hold),
+            ..*key
+        };
+        *sleeps.entry(key).or_default() += ns;
+    }
+    harvest.sleeps = sleeps.into_iter().collect();
+}
+
+/// What identifies a hold's entry from a holder record (the thread aside).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct HolderSig {
+    kernel_stack: i32,
+    user_stack: i32,
+    mode: u8,
+    syscall: u8,
+    fault: u8,
+    outside_pid: u32,
+}
+
+impl HolderSig {
+    fn of(k: &AggKey) -> Self {
+        Self {
+            kernel_stack: k.kernel_stack,
+            user_stack: k.user_stack,
+            mode: k.mode,
+            syscall: k.syscall,
+            fault: k.fault,
+            outside_pid: k.locker_pid,
+        }
+    }
+
+    fn of_holder(h: &HolderKey) -> Self {
+        Self {
+            kernel_stack: h.kernel_stack,
+            user_stack: h.user_stack,
+            mode: h.mode,
+            syscall: h.syscall,
+            fault: h.fault,
+            outside_pid: h.outside_pid,
+        }
     }
 }
 
@@ -178,7 +258,8 @@ fn take(entry: &mut RawEntry, value: &AggValue) -> AggValue {
         let top = super::delta::highest_slot_top(&from.hist);
         entry.max_is_upper_bound = from.count > 0;
         from.max_ns = if from.count > 0 {
-            top.min(from.max_ns)
+            // A maximum is never above the total it is part of.
+            top.min(from.max_ns).min(from.total_ns)
         } else {
             0
         };
@@ -295,6 +376,64 @@ mod tests {
         let only = &harvest.entries[0];
         assert_eq!((only.value.count, only.value.total_ns), (2, 7000));
         assert_eq!(only.value.max_ns, 4000);
+    }
+
+    #[test]
+    fn holder_and_waiter_records_follow_the_largest_part() {
+        let hold = AggKey {
+            kind: KIND_HOLD,
+            ..key(5)
+        };
+        let wait = key(6);
+        let holder = HolderKey {
+            kernel_stack: hold.kernel_stack,
+            user_stack: hold.user_stack,
+            mode: hold.mode,
+            ..HolderKey::default()
+        };
+        let mut harvest = Harvest {
+            entries: vec![entry(hold, &[100, 90_000]), entry(wait, &[80_000])],
+            blocked: vec![(
+                BlockKey {
+                    waiter: wait,
+                    holder,
+                },
+                BlockValue {
+                    count: 1,
+                    wait_ns: 80_000,
+                },
+            )],
+            sleeps: vec![(
+                SleepKey {
+                    hold,
+                    stack: 4,
+                    _pad: 0,
+                },
+                50_000,
+            )],
+            ..Harvest::default()
+        };
+        let mut u = Unwound::default();
+        u.add(&event(hold, 90_000), stack(&[1, 2], false));
+        u.add(&event(wait, 80_000), stack(&[3, 4], false));
+        u.apply_to(&mut harvest);
+        let new_hold = harvest
+            .entries
+            .iter()
+            .find(|e| e.key.kind == KIND_HOLD && e.key != hold)
+            .unwrap();
+        let new_wait = harvest
+            .entries
+            .iter()
+            .find(|e| e.key.kind != KIND_HOLD)
+            .unwrap();
+        let (block, _) = harvest.blocked[0];
+        assert_eq!(block.waiter, new_wait.key);
+        assert_eq!(block.holder.user_stack, new_hold.key.user_stack);
+        assert_eq!(harvest.sleeps[0].0.hold, new_hold.key);
+        // The remainder's maximum is bounded by its total.
+        let rest = harvest.entries.iter().find(|e| e.key == hold).unwrap();
+        assert!(rest.value.max_ns <= rest.value.total_ns);
     }
 
     #[test]
