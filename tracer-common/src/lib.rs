@@ -679,12 +679,12 @@ mod tests {
 
     #[test]
     fn user_stack_event_has_no_implicit_padding() {
-        // AggKey (24) + 2 x u32 + 10 x u64.
-        assert_eq!(core::mem::size_of::<UserStackEvent>(), 112);
+        // AggKey (24) + 2 x u32 + 9 x u64.
+        assert_eq!(core::mem::size_of::<UserStackEvent>(), 104);
         assert_eq!(core::mem::align_of::<UserStackEvent>(), 8);
         assert_eq!(
             core::mem::size_of::<UserStackRecord>(),
-            112 + USER_STACK_MAX
+            104 + USER_STACK_MAX
         );
     }
 

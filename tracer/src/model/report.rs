@@ -317,7 +317,7 @@ fn sorted_entries(harvest: &Harvest, symbols: &Symbols, meta: &TraceMeta) -> Vec
 
 /// What a holder's stacks identify: holds and blocked-by records match on it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-struct HolderSig {
+pub(crate) struct HolderSig {
     kernel_stack: i32,
     user_stack: i32,
     mode: u8,
@@ -327,7 +327,7 @@ struct HolderSig {
 }
 
 impl HolderSig {
-    fn of_hold(k: &AggKey) -> Self {
+    pub(crate) fn of_hold(k: &AggKey) -> Self {
         Self {
             kernel_stack: k.kernel_stack,
             user_stack: k.user_stack,
@@ -338,7 +338,7 @@ impl HolderSig {
         }
     }
 
-    fn of_holder(h: &HolderKey) -> Self {
+    pub(crate) fn of_holder(h: &HolderKey) -> Self {
         Self {
             kernel_stack: h.kernel_stack,
             user_stack: h.user_stack,

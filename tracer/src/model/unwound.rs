@@ -13,10 +13,10 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 use tracer_common::{
-    AggKey, AggValue, BlockKey, BlockValue, HolderKey, SleepKey, UserStackEvent, KIND_HOLD,
-    NO_STACK,
+    AggKey, AggValue, BlockKey, BlockValue, SleepKey, UserStackEvent, KIND_HOLD, NO_STACK,
 };
 
+use super::report::HolderSig;
 use super::{Harvest, RawEntry};
 
 /// First synthetic id of unwound stacks (stack-map ids are far below it).
@@ -168,7 +168,7 @@ fn follow_largest_parts(harvest: &mut Harvest, largest: &HashMap<AggKey, (AggKey
     let holder_moves: HashMap<HolderSig, i32> = largest
         .iter()
         .filter(|(from, _)| from.kind == KIND_HOLD)
-        .map(|(from, (to, _))| (HolderSig::of(from), to.user_stack))
+        .map(|(from, (to, _))| (HolderSig::of_hold(from), to.user_stack))
         .collect();
     let mut blocked: HashMap<BlockKey, BlockValue> = HashMap::new();
     for (key, value) in &harvest.blocked {
@@ -191,41 +191,6 @@ fn follow_largest_parts(harvest: &mut Harvest, largest: &HashMap<AggKey, (AggKey
         *sleeps.entry(key).or_default() += ns;
     }
     harvest.sleeps = sleeps.into_iter().collect();
-}
-
-/// What identifies a hold's entry from a holder record (the thread aside).
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-struct HolderSig {
-    kernel_stack: i32,
-    user_stack: i32,
-    mode: u8,
-    syscall: u8,
-    fault: u8,
-    outside_pid: u32,
-}
-
-impl HolderSig {
-    fn of(k: &AggKey) -> Self {
-        Self {
-            kernel_stack: k.kernel_stack,
-            user_stack: k.user_stack,
-            mode: k.mode,
-            syscall: k.syscall,
-            fault: k.fault,
-            outside_pid: k.locker_pid,
-        }
-    }
-
-    fn of_holder(h: &HolderKey) -> Self {
-        Self {
-            kernel_stack: h.kernel_stack,
-            user_stack: h.user_stack,
-            mode: h.mode,
-            syscall: h.syscall,
-            fault: h.fault,
-            outside_pid: h.outside_pid,
-        }
-    }
 }
 
 /// Subtracts `value` from `entry` (no more than it has: the kernel may have dropped an update
@@ -270,7 +235,7 @@ fn take(entry: &mut RawEntry, value: &AggValue) -> AggValue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tracer_common::{KIND_WAIT, MODE_WRITE};
+    use tracer_common::{HolderKey, KIND_WAIT, MODE_WRITE};
 
     fn key(user_stack: i32) -> AggKey {
         AggKey {
