@@ -256,10 +256,13 @@ pub enum Counter {
     /// The timeline ring buffer was full (or user space kept too many events): a wait or hold
     /// over the timeline threshold is in the totals and stacks but not in the timeline.
     TimelineDropped,
+    /// A user stack copy (`--user-stack dwarf`) did not fit in its ring buffer, or the task's
+    /// saved user registers could not be read: that event keeps its frame-pointer stack.
+    UserStackCopyDropped,
 }
 
 impl Counter {
-    pub const ALL: [Counter; 18] = [
+    pub const ALL: [Counter; 19] = [
         Counter::UnpairedAcquire,
         Counter::UnpairedRelease,
         Counter::StartWhileWaiting,
@@ -278,6 +281,7 @@ impl Counter {
         Counter::SleepMapFull,
         Counter::ThreadMapFull,
         Counter::TimelineDropped,
+        Counter::UserStackCopyDropped,
     ];
 
     /// Stable name used in every output format.
@@ -301,6 +305,7 @@ impl Counter {
             Counter::SleepMapFull => "sleep_map_full",
             Counter::ThreadMapFull => "thread_map_full",
             Counter::TimelineDropped => "timeline_dropped",
+            Counter::UserStackCopyDropped => "user_stack_copy_dropped",
         }
     }
 }
@@ -355,6 +360,23 @@ pub struct Config {
     /// Waits and holds at least this long are also sent to the timeline ring buffer; 0 turns
     /// the timeline off (the default, so the hot path pays nothing for it).
     pub timeline_threshold_ns: u64,
+    /// Waits and holds at least this long get their user stack copied for unwinding; shorter
+    /// ones with a kernel stack are copied one in `user_stack_sample`.
+    pub user_stack_threshold_ns: u64,
+    /// Bytes of user stack to copy from the saved user sp (at most USER_STACK_MAX); 0: no
+    /// copies (`--user-stack fp|none`).
+    pub user_stack_bytes: u32,
+    /// 1 in this many waits and holds under `user_stack_threshold_ns` (with a kernel stack)
+    /// are copied too, so that common short paths are unwound; 0: none.
+    pub user_stack_sample: u32,
+    /// Where the task's saved user registers are (from BTF): `task_struct.stack`, the kernel
+    /// stack size, `sizeof(struct pt_regs)` and its ip, sp and bp members.
+    pub task_stack_offset: u32,
+    pub thread_size: u32,
+    pub pt_regs_size: u32,
+    pub pt_regs_ip: u32,
+    pub pt_regs_sp: u32,
+    pub pt_regs_bp: u32,
 }
 
 impl Config {
@@ -378,6 +400,15 @@ impl Config {
         user_stacks: 0,
         _pad: 0,
         timeline_threshold_ns: 0,
+        user_stack_threshold_ns: 0,
+        user_stack_bytes: 0,
+        user_stack_sample: 0,
+        task_stack_offset: 0,
+        thread_size: 0,
+        pt_regs_size: 0,
+        pt_regs_ip: 0,
+        pt_regs_sp: 0,
+        pt_regs_bp: 0,
     };
 }
 
@@ -501,6 +532,43 @@ pub struct TimelineEvent {
     pub key: AggKey,
 }
 
+/// Largest user stack window one record carries: whole pages, copied from the page holding the
+/// saved user sp (so up to a page less than this lies above sp).
+pub const USER_STACK_MAX: usize = 64 * 1024;
+pub const USER_STACK_PAGE: usize = 4096;
+
+/// One wait or hold whose user stack was copied for unwinding in user space (the fixed part of
+/// a `UserStackRecord`). It carries the aggregation key the kernel added the event under, so
+/// that user space can move the event from that entry to one keyed by the unwound stack.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UserStackEvent {
+    pub key: AggKey,
+    /// The locking thread.
+    pub tid: u32,
+    /// Bytes of `UserStackRecord::bytes` that hold stack memory (from `stack_start`).
+    pub stack_len: u32,
+    pub duration_ns: u64,
+    /// The event's share of the AggValue fields, so that moving it is exact.
+    pub contended_ns: u64,
+    pub runnable_ns: u64,
+    pub sleeping_ns: u64,
+    pub uninterruptible_ns: u64,
+    /// User registers saved when the thread entered the kernel (syscall or fault).
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+    /// User address of `bytes[0]`: sp rounded down to its page.
+    pub stack_start: u64,
+}
+
+/// What the user stack ring buffer carries: the event, then a copy of the user stack.
+#[repr(C)]
+pub struct UserStackRecord {
+    pub event: UserStackEvent,
+    pub bytes: [u8; USER_STACK_MAX],
+}
+
 /// Key of the per-(thread, mm) lock state map.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -529,6 +597,7 @@ mod pod {
     unsafe impl aya::Pod for super::Holders {}
     unsafe impl aya::Pod for super::Blockers {}
     unsafe impl aya::Pod for super::TimelineEvent {}
+    unsafe impl aya::Pod for super::UserStackEvent {}
 }
 
 #[cfg(test)]
@@ -601,6 +670,17 @@ mod tests {
         // 2 x u64 + 5 x 32-bit + 2 x u8 + 2 pad bytes: the kernel and user space agree on it.
         assert_eq!(core::mem::size_of::<TimelineEvent>(), 48);
         assert_eq!(core::mem::align_of::<TimelineEvent>(), 8);
+    }
+
+    #[test]
+    fn user_stack_event_has_no_implicit_padding() {
+        // AggKey (24) + 2 x u32 + 9 x u64.
+        assert_eq!(core::mem::size_of::<UserStackEvent>(), 104);
+        assert_eq!(core::mem::align_of::<UserStackEvent>(), 8);
+        assert_eq!(
+            core::mem::size_of::<UserStackRecord>(),
+            104 + USER_STACK_MAX
+        );
     }
 
     #[test]

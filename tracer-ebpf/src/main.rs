@@ -12,6 +12,7 @@ mod sched;
 mod syscalls;
 mod target;
 mod timeline;
+mod user_stacks;
 
 #[cfg(not(test))]
 #[panic_handler]

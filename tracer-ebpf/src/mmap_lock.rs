@@ -26,6 +26,7 @@ use crate::{
     syscalls,
     target::{classify, fatal_signal_pending, Locker},
     timeline,
+    user_stacks::{self, EventShare},
 };
 
 const BPF_NOEXIST: u64 = 1;
@@ -197,6 +198,7 @@ fn apply(
             v.contended_ns += contended
         });
         timeline::emit(locker, &waiter, ns);
+        user_stacks::capture(locker, &waiter, ns, EventShare::waited(contended));
         blockers::charge(&waiter, &st.blockers, ns);
         st.blockers.count = 0;
     }
@@ -215,6 +217,7 @@ fn apply(
             |v| v.add_offcpu(&off),
         );
         timeline::emit(locker, &hold, ns);
+        user_stacks::capture(locker, &hold, ns, EventShare::held(&off));
         if ended.blocked {
             remember_holder(locker, &hold, ended.hold_start_ns);
         }

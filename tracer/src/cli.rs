@@ -14,6 +14,18 @@ pub enum Format {
     Csv,
 }
 
+/// How user stacks are taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum UserStackArg {
+    /// Frame pointers walked by the kernel, plus copies of the stack of long (and a sample of
+    /// short) waits and holds unwound with each object's CFI (.eh_frame, .debug_frame).
+    Dwarf,
+    /// Frame pointers only: stops early in code built without them (Debian's libc).
+    Fp,
+    /// Kernel stacks only.
+    None,
+}
+
 /// What flamegraph widths (--folded, --svg) measure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum WeightArg {
@@ -97,7 +109,8 @@ pub struct Cli {
     #[arg(long, value_name = "FILE")]
     pub timeline: Option<PathBuf>,
 
-    /// Shortest wait or hold put on the --timeline (e.g. 500us, 1ms).
+    /// Shortest wait or hold put on the --timeline, and whose user stack is copied for
+    /// unwinding with --user-stack dwarf (e.g. 500us, 1ms).
     #[arg(long, default_value = "1ms", value_parser = parse_duration_ns, value_name = "DURATION")]
     pub threshold: u64,
 
@@ -114,8 +127,24 @@ pub struct Cli {
     #[arg(long)]
     pub per_thread: bool,
 
-    /// Kernel stacks only.
-    #[arg(long)]
+    /// How user stacks are taken: `dwarf` unwinds copies of the stacks of waits and holds over
+    /// --threshold (and one in --user-stack-sample of the shorter ones) with CFI; `fp` walks
+    /// frame pointers only; `none` takes kernel stacks only.
+    #[arg(long, value_enum, default_value_t = UserStackArg::Dwarf, value_name = "HOW")]
+    pub user_stack: UserStackArg,
+
+    /// Bytes of user stack copied above the stack pointer for `--user-stack dwarf` (at most
+    /// 64 KiB; deeper stacks are unwound as far as the window goes and marked truncated).
+    #[arg(long, default_value = "16384", value_name = "BYTES")]
+    pub user_stack_bytes: u32,
+
+    /// One in N waits and holds shorter than --threshold (but with a kernel stack) get their
+    /// user stack copied too, so that common paths are unwound; 0: none.
+    #[arg(long, default_value_t = 64, value_name = "N")]
+    pub user_stack_sample: u32,
+
+    /// Same as --user-stack none (kept for older scripts).
+    #[arg(long, hide = true)]
     pub no_user_stacks: bool,
 
     /// Capacity of the in-kernel aggregation map (entries beyond it are counted as lost).
@@ -135,6 +164,15 @@ pub struct Cli {
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
 
 impl Cli {
+    /// `--user-stack`, with the older `--no-user-stacks` meaning `none`.
+    pub fn user_stack(&self) -> UserStackArg {
+        if self.no_user_stacks {
+            UserStackArg::None
+        } else {
+            self.user_stack
+        }
+    }
+
     /// Picks the view. The live view needs a terminal on stdout; it is the default there unless
     /// the user asked for a report format or file.
     pub fn view(&self, stdout_is_terminal: bool) -> Result<View> {
@@ -322,5 +360,8 @@ mod tests {
         assert_eq!(c.threshold, 500_000);
         assert_eq!(c.timeline.as_deref(), Some(std::path::Path::new("t.json")));
         assert_eq!(cli(&[]).threshold, 1_000_000);
+        assert_eq!(cli(&[]).user_stack, UserStackArg::Dwarf);
+        assert_eq!(cli(&["--user-stack", "fp"]).user_stack, UserStackArg::Fp);
+        assert_eq!(cli(&["--no-user-stacks"]).user_stack(), UserStackArg::None);
     }
 }

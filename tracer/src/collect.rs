@@ -2,16 +2,18 @@
 //! drains the timeline, and hands running snapshots to whoever shows them (the live view, the
 //! interval printer). It ends on the duration, a signal, the targets' exit, or the view's quit.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
 use tokio::signal::unix::{signal, SignalKind};
 
+use crate::model::unwound::{StackCopy, Unwound};
 use crate::model::{build_report, delta, Harvest, LiveSnapshot, Report, TraceMeta};
 use crate::probes::Probes;
 use crate::symbolize::StackSymbolizer;
 use crate::system::procfs::{self, MappingHistory};
+use crate::unwind::StackUnwinder;
 
 /// How often liveness and thread counts are sampled, the timeline drained and the view asked
 /// whether to stop.
@@ -34,6 +36,26 @@ pub struct Watch {
     pub thread_time_ns: u64,
     pub mappings: HashMap<u32, MappingHistory>,
     pub thread_names: HashMap<u32, String>,
+    /// User stacks unwound from the kernel's copies so far (`--user-stack dwarf`).
+    pub unwound: Unwound,
+    unwinder: StackUnwinder,
+}
+
+impl Watch {
+    /// Unwinds stack copies against the mappings seen, re-reading a process's mappings once
+    /// when a copy's ip lies outside them (a library loaded since the last look).
+    pub fn unwind(&mut self, copies: Vec<StackCopy>) {
+        let mut refreshed = HashSet::new();
+        for copy in copies {
+            let pid = copy.event.key.pid;
+            let history = self.mappings.entry(pid).or_default();
+            if history.find(copy.event.ip).is_none() && refreshed.insert(pid) {
+                history.refresh(pid);
+            }
+            let stack = self.unwinder.unwind(pid, &copy, history);
+            self.unwound.add(&copy.event, stack);
+        }
+    }
 }
 
 /// Whether the loop goes on.
@@ -95,6 +117,8 @@ pub async fn watch_until_done(
             last_mappings = Some(now);
         }
         probes.drain_timeline();
+        let copies = probes.drain_user_stacks();
+        watch.unwind(copies);
         if !pids.iter().any(|&p| procfs::is_alive(p)) {
             watch.exited = true;
             watch.ended_by = "target exited";
@@ -171,7 +195,8 @@ impl Windows {
         watch: &Watch,
         per_thread: bool,
     ) -> Result<LiveSnapshot> {
-        let harvest = probes.snapshot()?;
+        let mut harvest = probes.snapshot()?;
+        watch.unwound.apply_to(&mut harvest);
         self.symbolizer.forget_unresolved();
         self.symbolizer.add(&harvest, &watch.mappings);
         let now = Mark {

@@ -17,3 +17,4 @@ pub mod probes;
 pub mod run;
 pub mod symbolize;
 pub mod system;
+pub mod unwind;

@@ -7,13 +7,13 @@ use std::time::Instant;
 
 use anyhow::{Context as _, Result};
 
-use crate::cli::{Cli, View};
+use crate::cli::{Cli, UserStackArg, View};
 use crate::collect::{watch_until_done, NoSink, Watch, Windows};
 use crate::exports::{Outputs, TimelineData};
 use crate::intervals::IntervalPrinter;
 use crate::live;
 use crate::model::{build_report, delta, timeline, Harvest, TraceMeta};
-use crate::probes::{ProbeSettings, Probes};
+use crate::probes::{ProbeSettings, Probes, StackCopySettings};
 use crate::symbolize::StackSymbolizer;
 use crate::system::{
     btf::KernelOffsets,
@@ -42,7 +42,7 @@ pub fn run(cli: Cli) -> Result<()> {
         // The live view can switch to per-thread rows at any time: collect per thread and
         // merge threads in user space when they are not wanted.
         per_thread: cli.per_thread || matches!(view, View::Live { .. }),
-        user_stacks: !cli.no_user_stacks,
+        user_stacks: cli.user_stack() != UserStackArg::None,
         max_entries: cli.max_entries,
         max_stacks: cli.max_stacks,
         // Never 0 when asked for: 0 means off.
@@ -51,6 +51,7 @@ pub fn run(cli: Cli) -> Result<()> {
         } else {
             0
         },
+        stack_copies: stack_copies(&cli, &offsets),
     };
     let mut probes = Probes::load(&settings, &tracefs, &offsets)?;
     for &pid in &cli.pid {
@@ -138,20 +139,44 @@ pub fn run(cli: Cli) -> Result<()> {
     )
 }
 
+/// What `--user-stack dwarf` copies; frame pointers only, with a warning, when the kernel's
+/// BTF lacks the offsets of the saved user registers.
+fn stack_copies(cli: &Cli, offsets: &KernelOffsets) -> Option<StackCopySettings> {
+    if cli.user_stack() != UserStackArg::Dwarf {
+        return None;
+    }
+    if offsets.user_regs.is_none() {
+        log::warn!(
+            "kernel BTF lacks task_struct.stack or pt_regs: user stacks from frame pointers only"
+        );
+        return None;
+    }
+    Some(StackCopySettings {
+        bytes: cli.user_stack_bytes,
+        threshold_ns: cli.threshold,
+        sample: cli.user_stack_sample,
+    })
+}
+
 /// Harvests, symbolizes (reusing what the views already symbolized) and writes every output.
 #[allow(clippy::too_many_arguments)]
 fn finish(
     cli: &Cli,
     outputs: &Outputs,
-    probes: Probes,
-    watch: Watch,
+    mut probes: Probes,
+    mut watch: Watch,
     mut symbolizer: StackSymbolizer,
     collected_per_thread: bool,
     comm: String,
     origin_ns: u64,
 ) -> Result<()> {
     let phase = Instant::now();
+    // Disarmed first, so that no copy arrives after the last drain.
+    probes.set_armed(false)?;
+    let copies = probes.drain_user_stacks();
+    watch.unwind(copies);
     let mut harvest = probes.harvest()?;
+    watch.unwound.apply_to(&mut harvest);
     log::info!(
         "harvested {} entries, {} timeline events in {:?}",
         harvest.entries.len(),

@@ -510,7 +510,8 @@ fn stack_parts(e: &Entry) -> [Vec<String>; 2] {
         );
         lines
     };
-    [part(false, "user frames:"), part(true, "kernel frames:")]
+    let user_title = format!("user frames ({}):", e.user_stack.name());
+    [part(false, &user_title), part(true, "kernel frames:")]
 }
 
 /// One column: user frames, then kernel frames.
@@ -751,7 +752,7 @@ pub(crate) mod tests {
         assert_eq!(
             top.detail,
             [
-                vec!["user frames:", "munmap", "scan_file"],
+                vec!["user frames (fp):", "munmap", "scan_file"],
                 vec!["kernel frames:", "__vm_munmap", "do_syscall_64"]
             ]
         );

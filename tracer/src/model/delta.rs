@@ -111,7 +111,7 @@ fn entry_since(now: &RawEntry, before: Option<&AggValue>) -> RawEntry {
 }
 
 /// The largest value the highest non-empty slot can hold (slot i holds [2^(i-1), 2^i)).
-fn highest_slot_top(hist: &[u64; HIST_SLOTS]) -> u64 {
+pub(crate) fn highest_slot_top(hist: &[u64; HIST_SLOTS]) -> u64 {
     match hist.iter().rposition(|&n| n > 0) {
         None | Some(0) => 0,
         Some(slot) => 1u64

@@ -6,6 +6,7 @@ pub mod delta;
 pub mod histogram;
 pub mod report;
 pub mod timeline;
+pub mod unwound;
 
 use std::collections::{HashMap, HashSet};
 

@@ -10,6 +10,7 @@ use tracer_common::{
     MM_SYSCALLS, MODE_WRITE, NO_STACK,
 };
 
+use super::unwound::UserStackKind;
 use super::{
     cause::{cause_of, Cause},
     histogram::{merge, percentile},
@@ -157,6 +158,9 @@ pub struct Entry {
     pub locker: Option<Locker>,
     /// False when the duration was below the stack threshold (or the stack was lost).
     pub stack_collected: bool,
+    /// How the user frames were obtained: unwound with CFI (`dwarf`), stopped early
+    /// (`truncated`), frame pointers (`fp`), or not at all (`none`).
+    pub user_stack: UserStackKind,
     /// User frames (innermost first), then kernel frames (innermost first).
     pub frames: Vec<Frame>,
     /// Non-empty log2 slots as [lower bound ns, count].
@@ -313,7 +317,7 @@ fn sorted_entries(harvest: &Harvest, symbols: &Symbols, meta: &TraceMeta) -> Vec
 
 /// What a holder's stacks identify: holds and blocked-by records match on it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-struct HolderSig {
+pub(crate) struct HolderSig {
     kernel_stack: i32,
     user_stack: i32,
     mode: u8,
@@ -323,7 +327,7 @@ struct HolderSig {
 }
 
 impl HolderSig {
-    fn of_hold(k: &AggKey) -> Self {
+    pub(crate) fn of_hold(k: &AggKey) -> Self {
         Self {
             kernel_stack: k.kernel_stack,
             user_stack: k.user_stack,
@@ -334,7 +338,7 @@ impl HolderSig {
         }
     }
 
-    fn of_holder(h: &HolderKey) -> Self {
+    pub(crate) fn of_holder(h: &HolderKey) -> Self {
         Self {
             kernel_stack: h.kernel_stack,
             user_stack: h.user_stack,
@@ -427,6 +431,7 @@ impl<'a> Index<'a> {
             outside_locker: k.locker_pid != 0,
             locker: self.locker(k.locker_pid),
             stack_collected: kernel.is_some(),
+            user_stack: UserStackKind::of(k.user_stack),
             frames: self.frames(k.kernel_stack, k.user_stack, user_stack_owner(k)),
             histogram: histogram_rows(&v.hist),
             contended_ns: is_wait.then_some(v.contended_ns),

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use crate::model::report::{Entry, Report};
 
-pub const HEADER: [&str; 25] = [
+pub const HEADER: [&str; 26] = [
     "kind",
     "mode",
     "cause",
@@ -22,6 +22,7 @@ pub const HEADER: [&str; 25] = [
     "locker_pid",
     "locker_comm",
     "stack_collected",
+    "user_stack",
     "stack",
     // Why it waited (empty where it does not apply: waits have no off-CPU split, holds no
     // blockers).
@@ -66,6 +67,7 @@ fn row(e: &Entry) -> impl Iterator<Item = String> {
             .and_then(|l| l.comm.clone())
             .unwrap_or_default(),
         e.stack_collected.to_string(),
+        e.user_stack.name().to_string(),
         stack(e),
         optional_ns(e.contended_ns),
         e.blocked_by
@@ -146,7 +148,7 @@ mod tests {
         assert_eq!(lines.len(), 1 + report.entries.len());
         assert_eq!(
             lines[1],
-            "hold,write,munmap,1,40000000,40000000,40000000,40000000,40000000,42,,,false,,,true,\
+            "hold,write,munmap,1,40000000,40000000,40000000,40000000,40000000,42,,,false,,,true,fp,\
              munmap <- scan_file <- __vm_munmap <- do_syscall_64,,,,40000000,0,0,0,0"
         );
         assert!(

@@ -5,6 +5,8 @@ use std::fmt::Write as _;
 
 use tracer_common::ModeTotals;
 
+use crate::model::unwound::UserStackKind;
+
 use crate::model::{
     report::{Entry, Report},
     Frame,
@@ -285,6 +287,9 @@ fn tags(e: &Entry) -> String {
         e.mode.label().to_string(),
         e.cause.label().to_string(),
     ];
+    if e.user_stack != UserStackKind::None {
+        tags.push(format!("user stack: {}", e.user_stack.name()));
+    }
     if let Some(locker) = &e.locker {
         let comm = locker.comm.as_deref().unwrap_or("?");
         tags.push(format!("outside locker: {comm} pid {}", locker.pid));
@@ -378,7 +383,7 @@ mod tests {
     #[test]
     fn blocks_in_the_2008_format() {
         let text = rendered();
-        let block = "=====> Total: 40.000 ms, average: 40.000 ms, max: 40.000 ms, p99: 40.000 ms, times: 1  [hold, write, munmap]\n\
+        let block = "=====> Total: 40.000 ms, average: 40.000 ms, max: 40.000 ms, p99: 40.000 ms, times: 1  [hold, write, munmap, user stack: fp]\n\
                      === /usr/bin/app (munmap)\n=== /usr/bin/app (scan_file)\n=== kernel (__vm_munmap)\n=== kernel (do_syscall_64)\n";
         assert!(text.contains(block), "{text}");
         assert!(

@@ -7,6 +7,7 @@ mod mmap_lock;
 mod sched;
 mod syscalls;
 mod timeline;
+mod user_stacks;
 
 use std::collections::{HashMap, HashSet};
 
@@ -22,6 +23,8 @@ use tracer_common::{
 };
 
 use self::timeline::TimelineReader;
+use self::user_stacks::UserStackReader;
+use crate::model::unwound::StackCopy;
 use crate::model::{Features, Harvest, InFlight, RawEntry, StackRef};
 use crate::system::{
     btf::KernelOffsets,
@@ -41,13 +44,33 @@ pub struct ProbeSettings {
     pub max_stacks: u32,
     /// Stream waits and holds at least this long to the timeline; 0: no timeline.
     pub timeline_threshold_ns: u64,
+    /// Copy user stacks for unwinding in user space (`--user-stack dwarf`).
+    pub stack_copies: Option<StackCopySettings>,
 }
+
+/// Which waits and holds get their user stack copied, and how much of it.
+#[derive(Clone, Debug)]
+pub struct StackCopySettings {
+    /// Bytes above the saved user sp (at most USER_STACK_MAX).
+    pub bytes: u32,
+    /// Waits and holds at least this long are all copied...
+    pub threshold_ns: u64,
+    /// ...and one in `sample` of the shorter ones that got a kernel stack.
+    pub sample: u32,
+}
+
+/// x86_64's kernel stack size (THREAD_SIZE, without KASAN): the saved user registers sit at
+/// its top. Not in BTF; a wrong value shows as registers outside user space, which the
+/// programs refuse (counted as user_stack_copy_dropped).
+const THREAD_SIZE: u32 = 16384;
 
 /// Loaded and attached programs with their maps.
 pub struct Probes {
     ebpf: Ebpf,
     /// Present when a timeline was asked for.
     timeline: Option<TimelineReader>,
+    /// Present when stack copies were asked for.
+    user_stacks: Option<UserStackReader>,
     features: Features,
 }
 
@@ -109,6 +132,7 @@ impl Probes {
             timeline_threshold_ns: settings.timeline_threshold_ns,
             ..Config::ZERO
         };
+        let copies_on = configure_stack_copies(settings, offsets, &mut config)?;
         contention::configure(tracefs, &mut config)?;
         syscalls::configure(tracefs, &mut config)?;
         let timeline_on = settings.timeline_threshold_ns > 0;
@@ -125,10 +149,23 @@ impl Probes {
                     timeline::RING_BYTES_OFF
                 },
             )
+            .map_max_entries(
+                "USER_STACKS",
+                if copies_on {
+                    user_stacks::RING_BYTES
+                } else {
+                    user_stacks::RING_BYTES_OFF
+                },
+            )
             .load(EBPF_OBJECT)
             .map_err(|e| explain_permission(anyhow!(e), "loading the eBPF programs"))?;
         let timeline = if timeline_on {
             Some(TimelineReader::open(&mut ebpf)?)
+        } else {
+            None
+        };
+        let user_stacks = if copies_on {
+            Some(UserStackReader::open(&mut ebpf)?)
         } else {
             None
         };
@@ -142,6 +179,7 @@ impl Probes {
         Ok(Self {
             ebpf,
             timeline,
+            user_stacks,
             features,
         })
     }
@@ -183,6 +221,15 @@ impl Probes {
         }
     }
 
+    /// The user stack copies the kernel has written since the last call (call it often: the
+    /// ring buffer is bounded, and what does not fit is dropped and counted).
+    pub fn drain_user_stacks(&mut self) -> Vec<StackCopy> {
+        self.user_stacks
+            .as_mut()
+            .map(UserStackReader::drain)
+            .unwrap_or_default()
+    }
+
     /// Reads the cumulative maps while the programs keep running (the live and interval
     /// views). The timeline is left alone: it is drained by `drain_timeline` and `harvest`.
     pub fn snapshot(&self) -> Result<Harvest> {
@@ -208,6 +255,31 @@ impl Probes {
         }
         Ok(harvest)
     }
+}
+
+/// Fills the stack-copy part of `config`; false when no copies are asked for. Fails when they
+/// are asked for and the kernel's BTF lacks the saved-register offsets.
+fn configure_stack_copies(
+    settings: &ProbeSettings,
+    offsets: &KernelOffsets,
+    config: &mut Config,
+) -> Result<bool> {
+    let Some(copies) = &settings.stack_copies else {
+        return Ok(false);
+    };
+    let regs = offsets
+        .user_regs
+        .ok_or_else(|| anyhow!("kernel BTF lacks task_struct.stack or struct pt_regs"))?;
+    config.user_stack_bytes = copies.bytes.clamp(1, tracer_common::USER_STACK_MAX as u32);
+    config.user_stack_threshold_ns = copies.threshold_ns;
+    config.user_stack_sample = copies.sample;
+    config.task_stack_offset = regs.task_stack;
+    config.thread_size = THREAD_SIZE;
+    config.pt_regs_size = regs.pt_regs_size;
+    config.pt_regs_ip = regs.ip;
+    config.pt_regs_sp = regs.sp;
+    config.pt_regs_bp = regs.bp;
+    Ok(true)
 }
 
 /// Everything the programs collected, read without disturbing them, with `timeline` (drained

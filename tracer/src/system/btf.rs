@@ -14,6 +14,31 @@ pub struct KernelOffsets {
     pub task_pid: u32,
     pub task_flags: u32,
     pub mm_mmap_lock: u32,
+    /// Where a task's saved user registers are: `task_struct.stack` (its kernel stack), and
+    /// `struct pt_regs` (size; ip, sp, bp members). None when the kernel's BTF lacks them (the
+    /// copy of user stacks for unwinding is then unavailable).
+    pub user_regs: Option<UserRegsOffsets>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UserRegsOffsets {
+    pub task_stack: u32,
+    pub pt_regs_size: u32,
+    pub ip: u32,
+    pub sp: u32,
+    pub bp: u32,
+}
+
+impl UserRegsOffsets {
+    fn from_btf(btf: &Btf) -> Result<Self> {
+        Ok(Self {
+            task_stack: byte_offset(btf, "task_struct", &["stack"])?,
+            pt_regs_size: find_struct(btf, "pt_regs")?.sz,
+            ip: byte_offset(btf, "pt_regs", &["ip"])?,
+            sp: byte_offset(btf, "pt_regs", &["sp"])?,
+            bp: byte_offset(btf, "pt_regs", &["bp"])?,
+        })
+    }
 }
 
 impl KernelOffsets {
@@ -32,6 +57,9 @@ impl KernelOffsets {
             task_pid: byte_offset(&btf, "task_struct", &["pid"])?,
             task_flags: byte_offset(&btf, "task_struct", &["flags"])?,
             mm_mmap_lock: byte_offset(&btf, "mm_struct", &["mmap_lock"])?,
+            user_regs: UserRegsOffsets::from_btf(&btf)
+                .map_err(|e| log::debug!("no user register offsets: {e:#}"))
+                .ok(),
         })
     }
 }
@@ -114,6 +142,13 @@ mod tests {
         assert_eq!(offsets.task_pending_signal % 8, 0);
         assert_ne!(offsets.task_mm, offsets.task_pending_signal);
         assert!(offsets.mm_mmap_lock > 0 && offsets.mm_mmap_lock.is_multiple_of(8));
+        // x86_64's pt_regs: 21 registers of 8 bytes, bp the 5th, ip the 17th, sp the 20th.
+        let regs = offsets.user_regs.expect("pt_regs in BTF");
+        assert_eq!(
+            (regs.pt_regs_size, regs.bp, regs.ip, regs.sp),
+            (168, 32, 128, 152)
+        );
+        assert_eq!(regs.task_stack % 8, 0);
     }
 
     #[test]

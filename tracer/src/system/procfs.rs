@@ -121,6 +121,11 @@ impl MappingHistory {
         (addr < m.end).then_some(m)
     }
 
+    /// Every mapping seen, by start address.
+    pub fn iter(&self) -> impl Iterator<Item = &Mapping> {
+        self.by_start.values()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.by_start.is_empty()
     }

@@ -1,0 +1,442 @@
+//! User stacks unwound in user space from copies the kernel made (`--user-stack dwarf`), and
+//! how they join the kernel's aggregation.
+//!
+//! The kernel adds every wait and hold to its entry, keyed by the frame-pointer user stack, and
+//! copies the user stack of some of them (the long ones, and a sample of the short ones). Each
+//! copied event carries the key it was added under and its exact share of the entry (duration,
+//! slow-path and off-CPU time), so an unwound event is *moved*: subtracted from its entry and
+//! added to an entry keyed by the unwound stack. Counts and times stay exact; the remainder keeps
+//! the frame-pointer stack. Unwound stacks get synthetic ids (`UNWOUND_BASE` and up) that never
+//! collide with stack-map ids, and ride in `Harvest::stacks` like any other stack.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+use tracer_common::{
+    AggKey, AggValue, BlockKey, BlockValue, SleepKey, UserStackEvent, KIND_HOLD, NO_STACK,
+};
+
+use super::report::HolderSig;
+use super::{Harvest, RawEntry};
+
+/// First synthetic id of unwound stacks (stack-map ids are far below it).
+pub const UNWOUND_BASE: i32 = 1 << 30;
+/// Set in the ids of stacks whose unwinding stopped before the root.
+const TRUNCATED_BIT: i32 = 1 << 29;
+
+/// How an entry's user stack was obtained.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UserStackKind {
+    /// Unwound with CFI (or frame pointers where CFI is missing) up to the thread's root.
+    Dwarf,
+    /// Frame pointers, walked by the kernel (bpf_get_stackid).
+    Fp,
+    /// Unwound, but stopped before the root (window too small, no unwind info).
+    Truncated,
+    /// No user stack.
+    None,
+}
+
+impl UserStackKind {
+    pub fn of(user_stack: i32) -> Self {
+        match user_stack {
+            NO_STACK => UserStackKind::None,
+            id if id >= UNWOUND_BASE && id & TRUNCATED_BIT != 0 => UserStackKind::Truncated,
+            id if id >= UNWOUND_BASE => UserStackKind::Dwarf,
+            id if id >= 0 => UserStackKind::Fp,
+            _ => UserStackKind::None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            UserStackKind::Dwarf => "dwarf",
+            UserStackKind::Fp => "fp",
+            UserStackKind::Truncated => "truncated",
+            UserStackKind::None => "none",
+        }
+    }
+}
+
+/// A copied user stack as the kernel sent it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StackCopy {
+    pub event: UserStackEvent,
+    /// Stack memory from `event.stack_start`.
+    pub bytes: Vec<u8>,
+}
+
+/// An unwound stack: instruction pointer, then return addresses, innermost first (the same
+/// convention as the kernel's stacks).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnwoundStack {
+    pub addrs: Vec<u64>,
+    pub truncated: bool,
+}
+
+/// Every unwound event of the trace so far, summed per (kernel key, unwound stack).
+#[derive(Clone, Debug, Default)]
+pub struct Unwound {
+    ids: HashMap<(Vec<u64>, bool), i32>,
+    stacks: HashMap<i32, Vec<u64>>,
+    moved: HashMap<(AggKey, i32), AggValue>,
+}
+
+impl Unwound {
+    /// Records one unwound event.
+    pub fn add(&mut self, event: &UserStackEvent, stack: UnwoundStack) {
+        if stack.addrs.is_empty() {
+            return;
+        }
+        let id = self.intern(stack);
+        let value = self.moved.entry((event.key, id)).or_default();
+        value.add(event.duration_ns);
+        value.contended_ns += event.contended_ns;
+        value.runnable_ns += event.runnable_ns;
+        value.sleeping_ns += event.sleeping_ns;
+        value.uninterruptible_ns += event.uninterruptible_ns;
+    }
+
+    fn intern(&mut self, stack: UnwoundStack) -> i32 {
+        let next = UNWOUND_BASE + self.ids.len() as i32;
+        let flag = if stack.truncated { TRUNCATED_BIT } else { 0 };
+        let key = (stack.addrs, stack.truncated);
+        if let Some(&id) = self.ids.get(&key) {
+            return id;
+        }
+        let id = next | flag;
+        self.stacks.insert(id, key.0.clone());
+        self.ids.insert(key, id);
+        id
+    }
+
+    pub fn events(&self) -> u64 {
+        self.moved.values().map(|v| v.count).sum()
+    }
+
+    /// Moves the unwound events out of `harvest`'s entries into entries keyed by their unwound
+    /// stacks, and adds those stacks. An entry left with no event is removed.
+    pub fn apply_to(&self, harvest: &mut Harvest) {
+        let mut by_key: HashMap<AggKey, Vec<(i32, &AggValue)>> = HashMap::new();
+        for ((key, id), value) in &self.moved {
+            by_key.entry(*key).or_default().push((*id, value));
+        }
+        let mut unwound: HashMap<AggKey, AggValue> = HashMap::new();
+        // Original key -> (key of its largest part, that part's total).
+        let mut largest: HashMap<AggKey, (AggKey, u64)> = HashMap::new();
+        for entry in &mut harvest.entries {
+            let Some(moves) = by_key.get(&entry.key) else {
+                continue;
+            };
+            let original = entry.key;
+            let mut parts = Vec::new();
+            for &(id, value) in moves {
+                let moved = take(entry, value);
+                let key = AggKey {
+                    user_stack: id,
+                    ..entry.key
+                };
+                parts.push((key, moved.total_ns));
+                unwound.entry(key).or_default().merge(&moved);
+                harvest
+                    .stacks
+                    .entry(id)
+                    .or_insert_with(|| self.stacks[&id].clone());
+            }
+            parts.push((original, entry.value.total_ns));
+            let biggest = parts.into_iter().max_by_key(|&(_, ns)| ns);
+            largest.insert(original, biggest.expect("the remainder at least"));
+        }
+        follow_largest_parts(harvest, &largest);
+        harvest.entries.retain(|e| e.value.count > 0);
+        harvest
+            .entries
+            .extend(unwound.into_iter().map(|(key, value)| RawEntry {
+                key,
+                value,
+                max_is_upper_bound: false,
+            }));
+    }
+}
+
+/// The side tables keyed by entry (holders waited behind, waits a hold caused, where a hold
+/// slept) are not per event, so they cannot be split exactly: they follow the largest part
+/// (by total time) of each split entry, usually the long events that were all copied.
+fn follow_largest_parts(harvest: &mut Harvest, largest: &HashMap<AggKey, (AggKey, u64)>) {
+    let moved = |key: &AggKey| largest.get(key).map_or(*key, |(to, _)| *to);
+    let holder_moves: HashMap<HolderSig, i32> = largest
+        .iter()
+        .filter(|(from, _)| from.kind == KIND_HOLD)
+        .map(|(from, (to, _))| (HolderSig::of_hold(from), to.user_stack))
+        .collect();
+    let mut blocked: HashMap<BlockKey, BlockValue> = HashMap::new();
+    for (key, value) in &harvest.blocked {
+        let mut key = *key;
+        key.waiter = moved(&key.waiter);
+        if let Some(&user_stack) = holder_moves.get(&HolderSig::of_holder(&key.holder)) {
+            key.holder.user_stack = user_stack;
+        }
+        let into = blocked.entry(key).or_default();
+        into.count += value.count;
+        into.wait_ns += value.wait_ns;
+    }
+    harvest.blocked = blocked.into_iter().collect();
+    let mut sleeps: HashMap<SleepKey, u64> = HashMap::new();
+    for (key, ns) in &harvest.sleeps {
+        let key = SleepKey {
+            hold: moved(&key.hold),
+            ..*key
+        };
+        *sleeps.entry(key).or_default() += ns;
+    }
+    harvest.sleeps = sleeps.into_iter().collect();
+}
+
+/// Subtracts `value` from `entry` (no more than it has: the kernel may have dropped an update
+/// the copy survived) and returns what was taken. The entry's maximum stays exact when the
+/// moved events did not reach it, and becomes an upper bound otherwise.
+fn take(entry: &mut RawEntry, value: &AggValue) -> AggValue {
+    let from = &mut entry.value;
+    let count = value.count.min(from.count);
+    let moved_hist = std::array::from_fn(|slot| value.hist[slot].min(from.hist[slot]));
+    let moved = AggValue {
+        count,
+        total_ns: value.total_ns.min(from.total_ns),
+        max_ns: value.max_ns,
+        contended_ns: value.contended_ns.min(from.contended_ns),
+        runnable_ns: value.runnable_ns.min(from.runnable_ns),
+        sleeping_ns: value.sleeping_ns.min(from.sleeping_ns),
+        uninterruptible_ns: value.uninterruptible_ns.min(from.uninterruptible_ns),
+        hist: moved_hist,
+    };
+    for (slot, n) in moved.hist.iter().enumerate() {
+        from.hist[slot] -= n;
+    }
+    from.count -= moved.count;
+    from.total_ns -= moved.total_ns;
+    from.contended_ns -= moved.contended_ns;
+    from.runnable_ns -= moved.runnable_ns;
+    from.sleeping_ns -= moved.sleeping_ns;
+    from.uninterruptible_ns -= moved.uninterruptible_ns;
+    if value.max_ns >= from.max_ns {
+        let top = super::delta::highest_slot_top(&from.hist);
+        entry.max_is_upper_bound = from.count > 0;
+        from.max_ns = if from.count > 0 {
+            // A maximum is never above the total it is part of.
+            top.min(from.max_ns).min(from.total_ns)
+        } else {
+            0
+        };
+    }
+    moved
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tracer_common::{HolderKey, KIND_WAIT, MODE_WRITE};
+
+    fn key(user_stack: i32) -> AggKey {
+        AggKey {
+            pid: 7,
+            kernel_stack: 3,
+            user_stack,
+            kind: KIND_WAIT,
+            mode: MODE_WRITE,
+            ..AggKey::default()
+        }
+    }
+
+    fn entry(key: AggKey, durations: &[u64]) -> RawEntry {
+        let mut value = AggValue::default();
+        durations.iter().for_each(|&ns| value.add(ns));
+        value.contended_ns = 100;
+        RawEntry {
+            key,
+            value,
+            max_is_upper_bound: false,
+        }
+    }
+
+    fn event(key: AggKey, ns: u64) -> UserStackEvent {
+        UserStackEvent {
+            key,
+            duration_ns: ns,
+            contended_ns: 40,
+            ..UserStackEvent::default()
+        }
+    }
+
+    fn stack(addrs: &[u64], truncated: bool) -> UnwoundStack {
+        UnwoundStack {
+            addrs: addrs.to_vec(),
+            truncated,
+        }
+    }
+
+    #[test]
+    fn kinds_follow_the_id_ranges() {
+        let mut u = Unwound::default();
+        let e = event(key(5), 10);
+        u.add(&e, stack(&[1, 2], false));
+        u.add(&e, stack(&[1, 9], true));
+        let ids: Vec<i32> = u.stacks.keys().copied().collect();
+        let kinds: Vec<UserStackKind> = ids.iter().map(|&id| UserStackKind::of(id)).collect();
+        assert!(kinds.contains(&UserStackKind::Dwarf), "{kinds:?}");
+        assert!(kinds.contains(&UserStackKind::Truncated), "{kinds:?}");
+        assert_eq!(UserStackKind::of(5), UserStackKind::Fp);
+        assert_eq!(UserStackKind::of(NO_STACK), UserStackKind::None);
+    }
+
+    #[test]
+    fn unwound_events_move_out_of_their_entry_exactly() {
+        let fp = key(5);
+        let mut harvest = Harvest {
+            entries: vec![entry(fp, &[1000, 2000, 50_000])],
+            ..Harvest::default()
+        };
+        let mut u = Unwound::default();
+        u.add(&event(fp, 50_000), stack(&[0x10, 0x20, 0x30], false));
+        u.add(&event(fp, 2000), stack(&[0x10, 0x20, 0x30], false));
+        u.apply_to(&mut harvest);
+
+        assert_eq!(harvest.entries.len(), 2);
+        let rest = harvest.entries.iter().find(|e| e.key == fp).unwrap();
+        let moved = harvest.entries.iter().find(|e| e.key != fp).unwrap();
+        assert_eq!((rest.value.count, rest.value.total_ns), (1, 1000));
+        assert_eq!((moved.value.count, moved.value.total_ns), (2, 52_000));
+        assert_eq!(moved.value.max_ns, 50_000);
+        assert_eq!(
+            (rest.value.contended_ns, moved.value.contended_ns),
+            (20, 80)
+        );
+        // The remainder lost its maximum: only its histogram slot bounds it now.
+        assert!(rest.max_is_upper_bound && rest.value.max_ns >= 1000);
+        assert_eq!(rest.value.hist.iter().sum::<u64>(), 1);
+        assert_eq!(
+            UserStackKind::of(moved.key.user_stack),
+            UserStackKind::Dwarf
+        );
+        assert_eq!(
+            harvest.stacks[&moved.key.user_stack],
+            vec![0x10, 0x20, 0x30]
+        );
+        assert_eq!(moved.key.kernel_stack, fp.kernel_stack);
+    }
+
+    #[test]
+    fn fully_unwound_entries_disappear_and_equal_stacks_merge() {
+        // Two frame-pointer stacks (garbage past libc) that unwind to the same stack.
+        let (a, b) = (key(5), key(6));
+        let mut harvest = Harvest {
+            entries: vec![entry(a, &[3000]), entry(b, &[4000])],
+            ..Harvest::default()
+        };
+        let mut u = Unwound::default();
+        u.add(&event(a, 3000), stack(&[0x10, 0x20], false));
+        u.add(&event(b, 4000), stack(&[0x10, 0x20], false));
+        u.apply_to(&mut harvest);
+        assert_eq!(harvest.entries.len(), 1, "{:?}", harvest.entries);
+        let only = &harvest.entries[0];
+        assert_eq!((only.value.count, only.value.total_ns), (2, 7000));
+        assert_eq!(only.value.max_ns, 4000);
+    }
+
+    #[test]
+    fn holder_and_waiter_records_follow_the_largest_part() {
+        let hold = AggKey {
+            kind: KIND_HOLD,
+            ..key(5)
+        };
+        let wait = key(6);
+        let holder = HolderKey {
+            kernel_stack: hold.kernel_stack,
+            user_stack: hold.user_stack,
+            mode: hold.mode,
+            ..HolderKey::default()
+        };
+        let mut harvest = Harvest {
+            entries: vec![entry(hold, &[100, 90_000]), entry(wait, &[80_000])],
+            blocked: vec![(
+                BlockKey {
+                    waiter: wait,
+                    holder,
+                },
+                BlockValue {
+                    count: 1,
+                    wait_ns: 80_000,
+                },
+            )],
+            sleeps: vec![(
+                SleepKey {
+                    hold,
+                    stack: 4,
+                    _pad: 0,
+                },
+                50_000,
+            )],
+            ..Harvest::default()
+        };
+        let mut u = Unwound::default();
+        u.add(&event(hold, 90_000), stack(&[1, 2], false));
+        u.add(&event(wait, 80_000), stack(&[3, 4], false));
+        u.apply_to(&mut harvest);
+        let new_hold = harvest
+            .entries
+            .iter()
+            .find(|e| e.key.kind == KIND_HOLD && e.key != hold)
+            .unwrap();
+        let new_wait = harvest
+            .entries
+            .iter()
+            .find(|e| e.key.kind != KIND_HOLD)
+            .unwrap();
+        let (block, _) = harvest.blocked[0];
+        assert_eq!(block.waiter, new_wait.key);
+        assert_eq!(block.holder.user_stack, new_hold.key.user_stack);
+        assert_eq!(harvest.sleeps[0].0.hold, new_hold.key);
+        // The remainder's maximum is bounded by its total.
+        let rest = harvest.entries.iter().find(|e| e.key == hold).unwrap();
+        assert!(rest.value.max_ns <= rest.value.total_ns);
+    }
+
+    #[test]
+    fn never_takes_more_than_an_entry_has() {
+        let fp = key(5);
+        let mut harvest = Harvest {
+            entries: vec![entry(fp, &[1000])],
+            ..Harvest::default()
+        };
+        let mut u = Unwound::default();
+        u.add(&event(fp, 1000), stack(&[1], false));
+        u.add(&event(fp, 1000), stack(&[1], false));
+        u.add(&event(key(99), 1000), stack(&[1], false));
+        u.apply_to(&mut harvest);
+        let total: u64 = harvest.entries.iter().map(|e| e.value.count).sum();
+        assert_eq!(total, 1, "{:?}", harvest.entries);
+    }
+
+    #[test]
+    fn applying_to_snapshots_keeps_deltas_right() {
+        let fp = key(5);
+        let mut u = Unwound::default();
+        let mut before = Harvest {
+            entries: vec![entry(fp, &[1000, 9000])],
+            ..Harvest::default()
+        };
+        u.add(&event(fp, 9000), stack(&[1, 2], false));
+        u.apply_to(&mut before);
+        let mut now = Harvest {
+            entries: vec![entry(fp, &[1000, 9000, 500, 7000])],
+            ..Harvest::default()
+        };
+        u.add(&event(fp, 7000), stack(&[1, 2], false));
+        u.apply_to(&mut now);
+        let window = super::super::delta::since(&now, &before);
+        let moved = window.entries.iter().find(|e| e.key != fp).unwrap();
+        let rest = window.entries.iter().find(|e| e.key == fp).unwrap();
+        assert_eq!((moved.value.count, moved.value.total_ns), (1, 7000));
+        assert_eq!((rest.value.count, rest.value.total_ns), (1, 500));
+    }
+}

@@ -1,0 +1,214 @@
+//! Unwinds the user stacks the kernel copied (`--user-stack dwarf`) with the CFI of each mapped
+//! object (`.eh_frame` through `.eh_frame_hdr`, and `.debug_frame`), using framehop, which
+//! falls back to frame pointers where an object has no CFI.
+//!
+//! Objects are read through /proc/PID/map_files while the process lives (so deleted files and
+//! containers' files are the ones mapped), else /proc/PID/root/PATH, else PATH. Their unwind
+//! sections are read once per file (device, inode) and shared by every process mapping them.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::io::Read as _;
+use std::ops::Range;
+use std::os::unix::fs::MetadataExt as _;
+use std::sync::Arc;
+
+use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
+use framehop::{ExplicitModuleSectionInfo, Module, Unwinder as _};
+use object::{Object as _, ObjectSection as _, ObjectSegment as _};
+
+use crate::model::unwound::{StackCopy, UnwoundStack};
+use crate::system::procfs::{Mapping, MappingHistory};
+
+/// Deepest stack kept; deeper ones are marked truncated.
+const MAX_FRAMES: usize = 256;
+
+type Bytes = Arc<[u8]>;
+
+/// What unwinding needs from one object file, read once.
+struct ObjectInfo {
+    sections: ExplicitModuleSectionInfo<Bytes>,
+    /// (file offset range, vaddr) of each PT_LOAD segment, to place a mapping.
+    segments: Vec<(Range<u64>, u64)>,
+}
+
+/// One process's modules as added to its framehop unwinder.
+struct ProcessUnwinder {
+    unwinder: UnwinderX86_64<Bytes>,
+    cache: CacheX86_64,
+    /// Start addresses of the mappings already added (or found unusable).
+    seen: HashSet<u64>,
+}
+
+/// Unwinds copied stacks, keeping per-object unwind info and per-process module lists.
+#[derive(Default)]
+pub struct StackUnwinder {
+    /// (device, inode) -> unwind info; None for a file that is not a usable ELF object.
+    objects: HashMap<(u64, u64), Option<Arc<ObjectInfo>>>,
+    processes: HashMap<u32, ProcessUnwinder>,
+}
+
+impl StackUnwinder {
+    /// Unwinds one copied stack of process `pid`, whose executable mappings are `mappings`.
+    pub fn unwind(
+        &mut self,
+        pid: u32,
+        copy: &StackCopy,
+        mappings: &MappingHistory,
+    ) -> UnwoundStack {
+        self.add_new_modules(pid, mappings);
+        let process = self.processes.get_mut(&pid).expect("added above");
+        unwind_copy(&process.unwinder, &mut process.cache, copy)
+    }
+
+    fn add_new_modules(&mut self, pid: u32, mappings: &MappingHistory) {
+        let process = self
+            .processes
+            .entry(pid)
+            .or_insert_with(|| ProcessUnwinder {
+                unwinder: UnwinderX86_64::new(),
+                cache: CacheX86_64::new(),
+                seen: HashSet::new(),
+            });
+        for mapping in mappings.iter() {
+            if !process.seen.insert(mapping.start) {
+                continue;
+            }
+            let Some(info) = object_info(&mut self.objects, pid, mapping) else {
+                continue;
+            };
+            if let Some(module) = module_for(mapping, &info) {
+                process.unwinder.add_module(module);
+            }
+        }
+    }
+}
+
+/// Walks `copy` from its saved registers; reads outside the copied window end the walk.
+fn unwind_copy(
+    unwinder: &UnwinderX86_64<Bytes>,
+    cache: &mut CacheX86_64,
+    copy: &StackCopy,
+) -> UnwoundStack {
+    let event = &copy.event;
+    let window = event.stack_start..event.stack_start + copy.bytes.len() as u64;
+    let mut read_stack = |addr: u64| read_word(&copy.bytes, &window, addr);
+    let regs = UnwindRegsX86_64::new(event.ip, event.sp, event.bp);
+    let mut frames = unwinder.iter_frames(event.ip, regs, cache, &mut read_stack);
+    let mut addrs = Vec::new();
+    let truncated = loop {
+        match frames.next() {
+            Ok(Some(frame)) if addrs.len() < MAX_FRAMES => addrs.push(frame.address()),
+            Ok(Some(_)) | Err(_) => break true,
+            Ok(None) => break false,
+        }
+    };
+    UnwoundStack { addrs, truncated }
+}
+
+fn read_word(bytes: &[u8], window: &Range<u64>, addr: u64) -> Result<u64, ()> {
+    if addr < window.start || addr.checked_add(8).is_none_or(|end| end > window.end) {
+        return Err(());
+    }
+    let at = (addr - window.start) as usize;
+    let word: [u8; 8] = bytes[at..at + 8].try_into().map_err(|_| ())?;
+    Ok(u64::from_le_bytes(word))
+}
+
+/// The unwind info of the file behind `mapping`, read once per (device, inode).
+fn object_info(
+    objects: &mut HashMap<(u64, u64), Option<Arc<ObjectInfo>>>,
+    pid: u32,
+    mapping: &Mapping,
+) -> Option<Arc<ObjectInfo>> {
+    let mut file = open_mapped_file(pid, mapping)?;
+    let meta = file.metadata().ok()?;
+    let id = (meta.dev(), meta.ino());
+    if let Some(known) = objects.get(&id) {
+        return known.clone();
+    }
+    let mut data = Vec::with_capacity(meta.len() as usize);
+    let info = file
+        .read_to_end(&mut data)
+        .ok()
+        .and_then(|_| parse_object(&data))
+        .map(Arc::new);
+    if info.is_none() {
+        log::debug!("no unwind info from {}", mapping.path.display());
+    }
+    objects.insert(id, info.clone());
+    info
+}
+
+/// The file a mapping maps: the mapping itself while the process lives (works for deleted
+/// files and other mount namespaces), else the path inside the process's root, else the path.
+fn open_mapped_file(pid: u32, mapping: &Mapping) -> Option<File> {
+    let map_file = format!(
+        "/proc/{pid}/map_files/{:x}-{:x}",
+        mapping.start, mapping.end
+    );
+    let in_root = format!("/proc/{pid}/root{}", mapping.path.display());
+    File::open(map_file)
+        .or_else(|_| File::open(in_root))
+        .or_else(|_| File::open(&mapping.path))
+        .ok()
+}
+
+/// Reads the sections framehop needs from an ELF object.
+fn parse_object(data: &[u8]) -> Option<ObjectInfo> {
+    let elf = object::File::parse(data).ok()?;
+    let section = |name: &str| -> (Option<Range<u64>>, Option<Bytes>) {
+        match elf.section_by_name(name) {
+            Some(s) => (
+                Some(s.address()..s.address() + s.size()),
+                s.uncompressed_data().ok().map(|d| Bytes::from(&d[..])),
+            ),
+            None => (None, None),
+        }
+    };
+    let (text_svma, text) = section(".text");
+    let (eh_frame_svma, eh_frame) = section(".eh_frame");
+    let (eh_frame_hdr_svma, eh_frame_hdr) = section(".eh_frame_hdr");
+    let (got_svma, _) = section(".got");
+    let (_, debug_frame) = section(".debug_frame");
+    let segments = elf
+        .segments()
+        .map(|s| {
+            let (offset, size) = s.file_range();
+            (offset..offset + size, s.address())
+        })
+        .collect();
+    Some(ObjectInfo {
+        sections: ExplicitModuleSectionInfo {
+            base_svma: 0,
+            text_svma,
+            text,
+            got_svma,
+            eh_frame_svma,
+            eh_frame,
+            eh_frame_hdr_svma,
+            eh_frame_hdr,
+            debug_frame,
+            ..Default::default()
+        },
+        segments,
+    })
+}
+
+/// The framehop module of one executable mapping: its address range and where the object's
+/// address 0 would be (the load bias), from the segment that contains the mapped file offset.
+fn module_for(mapping: &Mapping, info: &ObjectInfo) -> Option<Module<Bytes>> {
+    let (range, vaddr) = info
+        .segments
+        .iter()
+        .find(|(range, _)| range.contains(&mapping.file_offset))?;
+    let svma_at_start = vaddr + (mapping.file_offset - range.start);
+    let base_avma = mapping.start.checked_sub(svma_at_start)?;
+    Some(Module::new(
+        mapping.path.display().to_string(),
+        mapping.start..mapping.end,
+        base_avma,
+        // Clones share the section data (Arc); framehop takes the info by value.
+        info.sections.clone(),
+    ))
+}

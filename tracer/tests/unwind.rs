@@ -1,0 +1,180 @@
+//! `--user-stack dwarf` against a program built without frame pointers (like distribution
+//! binaries): the unwound stack names its own chain of functions down to libc, while the
+//! frame-pointer stack of the same events (the timeline keeps the kernel's) does not.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use common::{bpf_available, Tracer};
+use serde_json::Value;
+
+/// The workload's functions, innermost first, between libc's wrapper and the thread's start.
+const MUNMAP_CHAIN: [&str; 3] = ["chain_inner", "chain_middle", "chain_outer"];
+const MMAP_CHAIN: [&str; 4] = [
+    "chain_map_and_touch",
+    "chain_inner",
+    "chain_middle",
+    "chain_outer",
+];
+
+/// Compiles tests/nofp/chain.c the way distributions build: optimized, no frame pointers.
+fn build_chain_workload() -> PathBuf {
+    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/nofp/chain.c");
+    let binary = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("nofp-chain");
+    let status = Command::new("gcc")
+        .args([
+            "-O2",
+            "-g",
+            "-fomit-frame-pointer",
+            "-fno-optimize-sibling-calls",
+        ])
+        .args(["-pthread", "-o"])
+        .arg(&binary)
+        .arg(&source)
+        .status()
+        .expect("running gcc");
+    assert!(status.success(), "gcc failed on {}", source.display());
+    binary
+}
+
+/// True when `names` contains `chain` as consecutive elements right after a libc frame whose
+/// symbol contains `libc_call`.
+fn has_chain_after(frames: &[(String, String)], libc_call: &str, chain: &[&str]) -> bool {
+    frames.windows(chain.len() + 1).any(|w| {
+        let (module, symbol) = &w[0];
+        module.contains("libc.so")
+            && symbol.contains(libc_call)
+            && w[1..]
+                .iter()
+                .map(|(_, s)| s.as_str())
+                .eq(chain.iter().copied())
+    })
+}
+
+/// (module, symbol) of an entry's user frames, innermost first.
+fn user_frames(entry: &Value) -> Vec<(String, String)> {
+    entry["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kernel"] == false)
+        .map(|f| {
+            (
+                f["module"].as_str().unwrap_or("").to_string(),
+                f["symbol"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+struct Run {
+    report: Value,
+    timeline: Value,
+}
+
+fn trace_chain_workload() -> Run {
+    let binary = build_chain_workload();
+    let mut workload = Command::new(&binary)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawning the no-frame-pointer workload");
+    let mut stdout = std::io::BufReader::new(workload.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+    let pid: u32 = line
+        .trim()
+        .strip_prefix("ready pid=")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .parse()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let timeline = dir.path().join("timeline.json");
+    let args: Vec<String> = [
+        "-p",
+        &pid.to_string(),
+        "--format",
+        "json",
+        "--user-stack",
+        "dwarf",
+        // Every event copied and on the timeline: both stacks of the same events.
+        "--threshold",
+        "0",
+        "--stack-threshold",
+        "0",
+        "--timeline",
+        timeline.to_str().unwrap(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut tracer = Tracer::spawn(&args);
+    tracer.wait_attached();
+    unsafe { libc::kill(pid as i32, libc::SIGUSR1) };
+    assert!(workload.wait().unwrap().success());
+    let result = tracer.finish();
+    assert!(result.status.success(), "tracer failed:\n{}", result.stderr);
+    Run {
+        report: serde_json::from_str(&result.stdout).expect("JSON report"),
+        timeline: serde_json::from_str(&std::fs::read_to_string(&timeline).unwrap())
+            .expect("timeline JSON"),
+    }
+}
+
+#[test]
+fn dwarf_unwinding_names_the_chain_that_frame_pointers_miss() {
+    if !bpf_available("dwarf_unwinding_names_the_chain_that_frame_pointers_miss") {
+        return;
+    }
+    let run = trace_chain_workload();
+    let entries = run.report["entries"].as_array().unwrap();
+    let unwound: Vec<Vec<(String, String)>> = entries
+        .iter()
+        .filter(|e| e["user_stack"] == "dwarf")
+        .map(user_frames)
+        .collect();
+    assert!(!unwound.is_empty(), "no unwound entry:\n{:#}", run.report);
+    assert!(
+        unwound
+            .iter()
+            .any(|f| has_chain_after(f, "munmap", &MUNMAP_CHAIN)),
+        "no unwound munmap stack through {MUNMAP_CHAIN:?}: {unwound:#?}"
+    );
+    assert!(
+        unwound
+            .iter()
+            .any(|f| has_chain_after(f, "mmap", &MMAP_CHAIN)),
+        "no unwound mmap stack through {MMAP_CHAIN:?}: {unwound:#?}"
+    );
+
+    // The timeline carries the kernel's frame-pointer stacks of the same events.
+    let slices: Vec<&Value> = run.timeline["traceEvents"]
+        .as_array()
+        .expect("traceEvents")
+        .iter()
+        .filter(|e| e["ph"] == "X")
+        .collect();
+    let fp_stacks: Vec<Vec<String>> = slices
+        .iter()
+        .filter_map(|s| s["args"]["stack"].as_array())
+        .map(|frames| {
+            frames
+                .iter()
+                .filter_map(|f| f.as_str().map(str::to_string))
+                .collect()
+        })
+        .collect();
+    assert!(
+        fp_stacks
+            .iter()
+            .any(|f| f.iter().any(|s| s.contains("munmap"))),
+        "no munmap event on the timeline"
+    );
+    assert!(
+        !fp_stacks
+            .iter()
+            .any(|f| f.iter().any(|s| s.contains("chain_middle"))),
+        "frame pointers walked through code built without them?"
+    );
+}
