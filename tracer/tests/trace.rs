@@ -190,14 +190,20 @@ fn proc_maps_reader_is_an_outside_locker() {
         !outside.is_empty(),
         "{reads} cat /proc/{pid}/{{maps,smaps_rollup}} runs but no outside locker"
     );
+    // Other processes on a shared machine may read the workload's /proc files too (a monitor,
+    // another tracer): look at cat's entries.
+    let cats: Vec<&&Value> = outside
+        .iter()
+        .filter(|e| e["locker"]["comm"] == "cat")
+        .collect();
     assert!(
-        outside.iter().all(|e| e["locker"]["comm"] == "cat"),
+        !cats.is_empty(),
         "outside lockers: {:?}",
         outside.iter().map(|e| &e["locker"]).collect::<Vec<_>>()
     );
     assert!(
-        outside.iter().any(|e| e["cause"] == "proc_reader"),
-        "no outside entry classified as a /proc reader"
+        cats.iter().any(|e| e["cause"] == "proc_reader"),
+        "no cat entry classified as a /proc reader"
     );
     assert!(
         report["outside_totals"]["read"]["acquisitions"]
