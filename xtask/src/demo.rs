@@ -84,7 +84,7 @@ fn binary(name: &str) -> String {
     paths::binary("release", name).display().to_string()
 }
 
-fn read_ready_pid(workload_stdout: &mut impl BufRead) -> Result<u32> {
+pub fn read_ready_pid(workload_stdout: &mut impl BufRead) -> Result<u32> {
     let mut line = String::new();
     workload_stdout
         .read_line(&mut line)
@@ -130,7 +130,7 @@ fn wait_until_attached(events: &Receiver<TracerEvent>, tracer: &mut Guarded) -> 
 }
 
 /// Lines of a child's output; invalid UTF-8 is replaced rather than ending the stream.
-fn lines(mut reader: impl BufRead) -> impl Iterator<Item = String> {
+pub fn lines(mut reader: impl BufRead) -> impl Iterator<Item = String> {
     std::iter::from_fn(move || {
         let mut bytes = Vec::new();
         match reader.read_until(b'\n', &mut bytes) {
@@ -157,14 +157,14 @@ fn check_exits(workload: ExitStatus, tracer: ExitStatus) -> Result<()> {
 
 /// A child that is killed when the demo fails early, so a workload waiting for its signal is
 /// never left behind.
-struct Guarded {
-    name: &'static str,
-    child: Child,
+pub struct Guarded {
+    pub name: &'static str,
+    pub child: Child,
     reaped: bool,
 }
 
 impl Guarded {
-    fn new(name: &'static str, child: Child) -> Self {
+    pub fn new(name: &'static str, child: Child) -> Self {
         Self {
             name,
             child,
@@ -172,7 +172,7 @@ impl Guarded {
         }
     }
 
-    fn wait(&mut self) -> Result<ExitStatus> {
+    pub fn wait(&mut self) -> Result<ExitStatus> {
         let status = self
             .child
             .wait()
@@ -182,7 +182,7 @@ impl Guarded {
     }
 
     /// Waits at most `timeout`, then kills the child and fails.
-    fn wait_for(&mut self, timeout: Duration) -> Result<ExitStatus> {
+    pub fn wait_for(&mut self, timeout: Duration) -> Result<ExitStatus> {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = self

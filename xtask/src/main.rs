@@ -1,5 +1,6 @@
 //! `cargo xtask`: sets up, builds, demonstrates and checks mmapsem-trace.
 
+mod bench;
 mod check;
 mod cmd;
 mod demo;
@@ -53,6 +54,22 @@ enum Command {
         #[arg(long)]
         no_build: bool,
     },
+    /// Measure what tracing costs: each workload untraced, under mmapsem-trace and under the
+    /// equivalent bpftrace script, alternating; records the table in BENCHMARKS.md (root).
+    Bench {
+        /// Repetitions of each (workload, tracer) pair.
+        #[arg(long, default_value_t = 5)]
+        reps: u32,
+        /// How long each workload run lasts.
+        #[arg(long, default_value_t = 5)]
+        seconds: u32,
+        /// Use the release binaries already built instead of running `cargo build --release`.
+        #[arg(long)]
+        no_build: bool,
+        /// Print the table only; leave BENCHMARKS.md alone.
+        #[arg(long)]
+        no_record: bool,
+    },
     /// Set up, build, then cargo test, cargo fmt --check and cargo clippy -D warnings.
     Test {
         /// Passed to the test harness (`-- --nocapture`); if they contain their own `--`,
@@ -93,6 +110,17 @@ fn run(command: Command) -> Result<()> {
             })
         }
         Command::Demo { seconds, no_build } => demo::run(seconds, !no_build),
+        Command::Bench {
+            reps,
+            seconds,
+            no_build,
+            no_record,
+        } => bench::run(&bench::Options {
+            reps,
+            seconds,
+            build: !no_build,
+            record: !no_record,
+        }),
         Command::Test { args } => check::run(&args),
     }
 }
