@@ -153,7 +153,7 @@ pub fn run(options: &Options) -> Result<()> {
     println!("{results}");
     if options.record {
         let file = paths::workspace_root().join("BENCHMARKS.md");
-        record(&file, &results)?;
+        record_between(&file, BEGIN_MARK, END_MARK, &results)?;
         eprintln!("bench: results written to {}", file.display());
     }
     Ok(())
@@ -272,7 +272,7 @@ fn start_bpftrace(pid: u32) -> Result<Guarded> {
 
 /// Waits until the child prints a line containing `needle`, then keeps draining its output in
 /// the background (a full pipe would stall it).
-fn wait_for_line(
+pub fn wait_for_line(
     output: impl std::io::Read + Send + 'static,
     needle: &'static str,
     child: &mut Guarded,
@@ -567,17 +567,17 @@ fn median_of(runs: &[Sample], value: impl Fn(&Sample) -> Option<f64>) -> Option<
 
 /// Replaces the results between the markers in `file`, keeping the hand-written discussion
 /// around them; appends them (with the markers) when the file has none.
-fn record(file: &Path, results: &str) -> Result<()> {
+pub fn record_between(file: &Path, begin: &str, end: &str, results: &str) -> Result<()> {
     let old = std::fs::read_to_string(file).unwrap_or_default();
-    std::fs::write(file, splice_results(&old, results))
+    std::fs::write(file, splice_results(&old, begin, end, results))
         .with_context(|| format!("writing {}", file.display()))
 }
 
-fn splice_results(old: &str, results: &str) -> String {
-    let block = format!("{BEGIN_MARK}\n{results}{END_MARK}\n");
-    match (old.find(BEGIN_MARK), old.find(END_MARK)) {
+fn splice_results(old: &str, begin_mark: &str, end_mark: &str, results: &str) -> String {
+    let block = format!("{begin_mark}\n{results}{end_mark}\n");
+    match (old.find(begin_mark), old.find(end_mark)) {
         (Some(begin), Some(end)) if begin < end => {
-            let after = &old[end + END_MARK.len()..];
+            let after = &old[end + end_mark.len()..];
             format!(
                 "{}{block}{}",
                 &old[..begin],
@@ -603,12 +603,12 @@ mod tests {
     #[test]
     fn results_replace_the_marked_block_and_keep_the_rest() {
         let old = format!("# B\n\nintro\n{BEGIN_MARK}\nold table\n{END_MARK}\n\n## Misses\nwhy\n");
-        let new = splice_results(&old, "new table\n");
+        let new = splice_results(&old, BEGIN_MARK, END_MARK, "new table\n");
         assert_eq!(
             new,
             format!("# B\n\nintro\n{BEGIN_MARK}\nnew table\n{END_MARK}\n\n## Misses\nwhy\n")
         );
-        let fresh = splice_results("", "t\n");
+        let fresh = splice_results("", BEGIN_MARK, END_MARK, "t\n");
         assert!(fresh.starts_with("# Benchmarks\n") && fresh.contains("t\n<!--"));
     }
 

@@ -7,6 +7,7 @@ mod demo;
 mod parse;
 mod paths;
 mod setup;
+mod soak;
 mod workspace;
 
 use std::process::ExitCode;
@@ -70,6 +71,18 @@ enum Command {
         #[arg(long)]
         no_record: bool,
     },
+    /// Trace the churn workload for a long time, sampling the tracer's RSS, map occupancy and
+    /// lost counters every 10 s; records the curve in BENCHMARKS.md (root).
+    Soak {
+        #[arg(long, default_value_t = 30)]
+        minutes: u32,
+        /// Use the release binaries already built instead of running `cargo build --release`.
+        #[arg(long)]
+        no_build: bool,
+        /// Print the table only; leave BENCHMARKS.md alone.
+        #[arg(long)]
+        no_record: bool,
+    },
     /// Set up, build, then cargo test, cargo fmt --check and cargo clippy -D warnings.
     Test {
         /// Passed to the test harness (`-- --nocapture`); if they contain their own `--`,
@@ -121,6 +134,11 @@ fn run(command: Command) -> Result<()> {
             build: !no_build,
             record: !no_record,
         }),
+        Command::Soak {
+            minutes,
+            no_build,
+            no_record,
+        } => soak::run(minutes, !no_build, !no_record),
         Command::Test { args } => check::run(&args),
     }
 }

@@ -178,6 +178,48 @@ pub fn vm_hwm_kib(status: &str) -> Option<u64> {
         .ok()
 }
 
+/// `VmRSS:` (resident set now) of `/proc/PID/status`, in KiB.
+pub fn vm_rss_kib(status: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// A BPF map from the fdinfo of a file descriptor that holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MapFdinfo {
+    pub id: u32,
+    pub map_type: u32,
+    pub max_entries: u64,
+}
+
+impl MapFdinfo {
+    /// HASH, PERCPU_HASH, LRU_HASH, LRU_PERCPU_HASH: the map types that fill up as keys come.
+    pub fn is_hash(&self) -> bool {
+        matches!(self.map_type, 1 | 5 | 9 | 10)
+    }
+}
+
+pub fn bpf_map_fdinfo(fdinfo: &str) -> Option<MapFdinfo> {
+    let value = |key: &str| -> Option<u64> {
+        fdinfo
+            .lines()
+            .find_map(|line| line.strip_prefix(key)?.strip_prefix(':'))?
+            .trim()
+            .parse()
+            .ok()
+    };
+    Some(MapFdinfo {
+        id: u32::try_from(value("map_id")?).ok()?,
+        map_type: u32::try_from(value("map_type")?).ok()?,
+        max_entries: value("max_entries")?,
+    })
+}
+
 /// The first `model name` of `/proc/cpuinfo`.
 pub fn cpu_model(cpuinfo: &str) -> Option<String> {
     cpuinfo
@@ -432,5 +474,16 @@ mod tests {
             bpftool_program_names(r#"[{"id":3,"name":"mmap_lock_start"},{"id":4}]"#).unwrap();
         assert_eq!(names[&3], "mmap_lock_start");
         assert_eq!(names[&4], "?");
+    }
+
+    #[test]
+    fn map_fdinfo_and_rss() {
+        let info = "pos:\t0\nmap_type:\t9\nkey_size:\t16\nmax_entries:\t16384\nmap_id:\t42\n";
+        let map = bpf_map_fdinfo(info).unwrap();
+        assert_eq!((map.id, map.max_entries, map.is_hash()), (42, 16384, true));
+        let array = "map_type:\t2\nmax_entries:\t1\nmap_id:\t7\n";
+        assert!(!bpf_map_fdinfo(array).unwrap().is_hash());
+        assert_eq!(bpf_map_fdinfo("pos:\t0\n"), None);
+        assert_eq!(vm_rss_kib("VmHWM:\t 9 kB\nVmRSS:\t 7 kB\n"), Some(7));
     }
 }
