@@ -111,8 +111,8 @@ struct Sample {
     /// The tracer's CPU time over the workload's run, as a share of one core.
     daemon_cpu_share: Option<f64>,
     daemon_peak_rss_kib: Option<u64>,
-    /// Sum of mmapsem-trace's `lost` counters (JSON).
-    lost: Option<u64>,
+    /// mmapsem-trace's non-zero `lost` counters (JSON), by name.
+    lost: BTreeMap<String, u64>,
 }
 
 pub fn run(options: &Options) -> Result<()> {
@@ -238,7 +238,7 @@ fn run_once(scenario: &Scenario, tool: Tool, seconds: u32) -> Result<Sample> {
         sample.daemon_peak_rss_kib = poller.finish();
     }
     if tool == Tool::Mmapsem {
-        sample.lost = Some(lost_events(&report)?);
+        sample.lost = lost_events(&report)?;
         let _ = std::fs::remove_file(&report);
     }
     Ok(sample)
@@ -333,14 +333,18 @@ fn program_stats(pid: u32) -> Result<Vec<ProgramStats>> {
     Ok(programs)
 }
 
-fn lost_events(report: &Path) -> Result<u64> {
+fn lost_events(report: &Path) -> Result<BTreeMap<String, u64>> {
     let text = std::fs::read_to_string(report)
         .with_context(|| format!("reading mmapsem-trace's report {}", report.display()))?;
     let json: serde_json::Value = serde_json::from_str(&text)?;
     let lost = json["lost"]
         .as_object()
         .context("no `lost` object in mmapsem-trace's JSON report")?;
-    Ok(lost.values().filter_map(serde_json::Value::as_u64).sum())
+    Ok(lost
+        .iter()
+        .filter_map(|(name, n)| Some((name.clone(), n.as_u64()?)))
+        .filter(|(_, n)| *n > 0)
+        .collect())
 }
 
 fn read_proc_stat(pid: u32) -> Option<ProcStat> {
@@ -521,8 +525,7 @@ fn render_results(
                         .map(|k| format!("{:.1}", k as f64 / 1024.0))
                 ),
                 cell(match tool {
-                    Tool::Mmapsem =>
-                        Some(runs.iter().filter_map(|s| s.lost).sum::<u64>().to_string()),
+                    Tool::Mmapsem => Some(lost_summary(runs)),
                     Tool::Bpftrace => Some("not counted".to_owned()),
                     Tool::Untraced => None,
                 }),
@@ -552,6 +555,24 @@ fn render_results(
         }
     }
     out
+}
+
+/// The lost or unpaired counters of every repetition, summed by name; `0` when none.
+fn lost_summary(runs: &[Sample]) -> String {
+    let mut total: BTreeMap<&str, u64> = BTreeMap::new();
+    for run in runs {
+        for (name, n) in &run.lost {
+            *total.entry(name).or_default() += n;
+        }
+    }
+    if total.is_empty() {
+        return "0".to_owned();
+    }
+    let names: Vec<String> = total
+        .iter()
+        .map(|(name, n)| format!("{name}={n}"))
+        .collect();
+    names.join(", ")
 }
 
 fn median_throughput(runs: Option<&Vec<Sample>>) -> f64 {
