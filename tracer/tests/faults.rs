@@ -253,3 +253,46 @@ fn full_disk_sends_the_report_to_stdout_with_a_clear_error() {
     );
     assert_write_acquisitions_complete(&json(&result.stdout));
 }
+
+/// 20 000 short-lived threads, more than the per-thread lock state map holds (16 384): the
+/// entries of exited threads must make room for new ones, never turn new threads' locks into
+/// unpaired events or losses.
+#[test]
+fn twenty_thousand_short_lived_threads_stay_paired() {
+    if !bpf_available("twenty_thousand_short_lived_threads_stay_paired") {
+        return;
+    }
+    let _serial = serial();
+    let threads: u64 = 20_000;
+    let (result, _) = trace_workload(
+        &[
+            "churn",
+            "--threads",
+            &threads.to_string(),
+            "--iterations",
+            "1",
+            "--map-size",
+            "64K",
+        ],
+        &["--format", "json"],
+    );
+    let report = json(&result.stdout);
+    let lost = &report["lost"];
+    for name in [
+        "unpaired_acquire",
+        "unpaired_release",
+        "start_while_waiting",
+        "start_while_holding",
+        "mode_mismatch",
+        "state_map_full",
+        "thread_map_full",
+    ] {
+        assert_eq!(u(&lost[name]), 0, "{name}: {lost}");
+    }
+    // Each thread maps and unmaps once (its stack's mapping comes on top).
+    assert!(
+        u(&report["totals"]["write"]["acquisitions"]) >= 2 * threads,
+        "{}",
+        report["totals"]
+    );
+}
