@@ -16,11 +16,10 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 use crate::cmd::Cmd;
-use crate::demo::{lines, read_ready_pid, Guarded};
+use crate::demo::{lines, spawn_held_workload, Guarded};
 use crate::parse::{self, ProcStat};
 use crate::paths;
-use crate::setup::{self, Tracefs};
-use crate::workspace::{self, Profile};
+use crate::setup;
 
 /// Loading and attaching takes a few seconds (BTF parsing, verifier); a minute means stuck.
 const ATTACH_TIMEOUT: Duration = Duration::from_secs(60);
@@ -116,20 +115,11 @@ struct Sample {
 }
 
 pub fn run(options: &Options) -> Result<()> {
-    if !setup::is_root() {
-        bail!("the bench loads eBPF programs and needs root: run `cargo xtask bench` as root");
-    }
     if options.reps == 0 || options.seconds < 2 {
         bail!("--reps must be at least 1 and --seconds at least 2");
     }
-    setup::run(setup::Options {
-        dry_run: false,
-        tracefs: Tracefs::Require,
-    })?;
+    setup::for_tracing("bench", options.build)?;
     setup::ensure_bpftrace()?;
-    if options.build {
-        workspace::build(Profile::Release)?;
-    }
     let machine = Machine::describe()?;
     let _stats = BpfStats::enable()?;
     let mut samples: BTreeMap<(usize, Tool), Vec<Sample>> = BTreeMap::new();
@@ -164,21 +154,8 @@ fn binary(name: &str) -> String {
 }
 
 fn run_once(scenario: &Scenario, tool: Tool, seconds: u32) -> Result<Sample> {
-    let workload_cmd = Cmd::new(&binary("mmapsem-workload"))
-        .arg("--wait-signal")
-        .args(&scenario.args);
-    let mut workload = Guarded::new(
-        "mmapsem-workload",
-        workload_cmd.spawn(Stdio::piped(), Stdio::inherit())?,
-    );
-    let mut stdout = BufReader::new(
-        workload
-            .child
-            .stdout
-            .take()
-            .context("workload stdout was not piped")?,
-    );
-    let pid = read_ready_pid(&mut stdout)?;
+    let args: Vec<&str> = scenario.args.iter().map(String::as_str).collect();
+    let (mut workload, stdout, pid) = spawn_held_workload(&args)?;
     let report = std::env::temp_dir().join(format!("mmapsem-bench-{pid}.json"));
     let mut tracer = match tool {
         Tool::Untraced => None,

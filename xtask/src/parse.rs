@@ -204,15 +204,18 @@ impl MapFdinfo {
     }
 }
 
+/// The number after `key:` in a /proc/PID/fdinfo file.
+fn fdinfo_value(fdinfo: &str, key: &str) -> Option<u64> {
+    fdinfo
+        .lines()
+        .find_map(|line| line.strip_prefix(key)?.strip_prefix(':'))?
+        .trim()
+        .parse()
+        .ok()
+}
+
 pub fn bpf_map_fdinfo(fdinfo: &str) -> Option<MapFdinfo> {
-    let value = |key: &str| -> Option<u64> {
-        fdinfo
-            .lines()
-            .find_map(|line| line.strip_prefix(key)?.strip_prefix(':'))?
-            .trim()
-            .parse()
-            .ok()
-    };
+    let value = |key: &str| fdinfo_value(fdinfo, key);
     Some(MapFdinfo {
         id: u32::try_from(value("map_id")?).ok()?,
         map_type: u32::try_from(value("map_type")?).ok()?,
@@ -238,14 +241,7 @@ pub struct ProgFdinfo {
 }
 
 pub fn bpf_prog_fdinfo(fdinfo: &str) -> Option<ProgFdinfo> {
-    let value = |key: &str| -> Option<u64> {
-        fdinfo
-            .lines()
-            .find_map(|line| line.strip_prefix(key)?.strip_prefix(':'))?
-            .trim()
-            .parse()
-            .ok()
-    };
+    let value = |key: &str| fdinfo_value(fdinfo, key);
     Some(ProgFdinfo {
         id: u32::try_from(value("prog_id")?).ok()?,
         // Absent while kernel.bpf_stats_enabled is 0.

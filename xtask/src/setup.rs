@@ -44,6 +44,24 @@ pub fn run(options: Options) -> Result<()> {
     setup.ensure_tracefs()
 }
 
+/// What every command that loads eBPF programs (demo, bench, soak) does first: check for
+/// root, set up, and build the release binaries unless told not to.
+pub fn for_tracing(command: &str, build: bool) -> Result<()> {
+    if !is_root() {
+        bail!(
+            "the {command} loads eBPF programs and needs root: run `cargo xtask {command}` as root"
+        );
+    }
+    run(Options {
+        dry_run: false,
+        tracefs: Tracefs::Require,
+    })?;
+    if build {
+        crate::workspace::build(crate::workspace::Profile::Release)?;
+    }
+    Ok(())
+}
+
 /// Installs Debian's bpftrace when missing: `cargo xtask bench` compares against it. Only the
 /// bench needs it, so neither `setup` nor `test` installs it.
 pub fn ensure_bpftrace() -> Result<()> {

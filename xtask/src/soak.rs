@@ -14,11 +14,10 @@ use anyhow::{bail, Context, Result};
 
 use crate::bench::{record_between, wait_for_line};
 use crate::cmd::Cmd;
-use crate::demo::{lines, read_ready_pid, Guarded};
+use crate::demo::{lines, spawn_held_workload, Guarded};
 use crate::parse;
 use crate::paths;
-use crate::setup::{self, Tracefs};
-use crate::workspace::{self, Profile};
+use crate::setup;
 
 const SAMPLE_EVERY: Duration = Duration::from_secs(10);
 const EXIT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -35,34 +34,13 @@ struct Sample {
 }
 
 pub fn run(minutes: u32, build: bool, record: bool) -> Result<()> {
-    if !setup::is_root() {
-        bail!("the soak loads eBPF programs and needs root: run `cargo xtask soak` as root");
-    }
     if minutes == 0 {
         bail!("--minutes must be at least 1");
     }
-    setup::run(setup::Options {
-        dry_run: false,
-        tracefs: Tracefs::Require,
-    })?;
-    if build {
-        workspace::build(Profile::Release)?;
-    }
+    setup::for_tracing("soak", build)?;
     let seconds = u64::from(minutes) * 60;
-    let workload_cmd = Cmd::new(&binary("mmapsem-workload")).args(&[
-        "--wait-signal",
-        "churn",
-        "--threads",
-        "8",
-        "--seconds",
-        &seconds.to_string(),
-    ]);
-    let mut workload = Guarded::new(
-        "mmapsem-workload",
-        workload_cmd.spawn(Stdio::piped(), Stdio::inherit())?,
-    );
-    let mut stdout = BufReader::new(workload.child.stdout.take().context("workload stdout")?);
-    let pid = read_ready_pid(&mut stdout)?;
+    let (mut workload, stdout, pid) =
+        spawn_held_workload(&["churn", "--threads", "8", "--seconds", &seconds.to_string()])?;
     // Cumulative interval reports: their footer carries the lost counters so far.
     let tracer_cmd =
         Cmd::new(&binary("mmapsem-trace")).args(&["-p", &pid.to_string(), "--no-live", "-i", "10"]);
