@@ -69,7 +69,16 @@ pub struct LockState {
     pub miss_mode: u8,
     /// 1 while the current lock operation serves a user page fault (see AggKey::fault).
     pub fault: u8,
-    pub _pad: [u8; 7],
+    /// Bit n set: this thread's last hold taken for cause n (1 + index into MM_SYSCALLS, 0
+    /// outside them) crossed the stack threshold. Kept across lock operations, so that the
+    /// stacks of a hold expected to be long are walked before the lock is taken.
+    pub long_holds: u8,
+    pub _pad: [u8; 6],
+    /// Kernel and user stacks walked at start_locking, when the wait began behind a holder
+    /// (managed by the eBPF programs): outside the critical section, where walking costs only
+    /// the waiter. The wait and the hold that follows reuse them.
+    pub start_kernel_stack: i32,
+    pub start_user_stack: i32,
     /// Who held the lock when the current wait began (managed by the eBPF programs).
     pub blockers: Blockers,
 }
@@ -90,7 +99,10 @@ impl LockState {
         hold_mode: 0,
         miss_mode: 0,
         fault: 0,
-        _pad: [0; 7],
+        long_holds: 0,
+        _pad: [0; 6],
+        start_kernel_stack: crate::NO_STACK,
+        start_user_stack: crate::NO_STACK,
         blockers: Blockers::ZERO,
     };
 }
@@ -131,6 +143,31 @@ pub struct Effects {
 impl LockState {
     pub fn is_idle(&self) -> bool {
         self.wait_start_ns == 0 && self.hold_start_ns == 0 && self.miss_ns == 0
+    }
+
+    /// Back to idle, keeping only what predicts the thread's next lock operation.
+    #[inline(always)]
+    pub fn reset_keeping_history(&mut self) {
+        let long_holds = self.long_holds;
+        *self = Self::ZERO;
+        self.long_holds = long_holds;
+    }
+
+    /// Whether the last hold this thread took for `cause` crossed the stack threshold.
+    #[inline(always)]
+    pub fn expects_long_hold(&self, cause: u8) -> bool {
+        cause < 8 && self.long_holds & (1 << cause) != 0
+    }
+
+    #[inline(always)]
+    pub fn note_hold_length(&mut self, cause: u8, long: bool) {
+        if cause < 8 {
+            if long {
+                self.long_holds |= 1 << cause;
+            } else {
+                self.long_holds &= !(1 << cause);
+            }
+        }
     }
 
     /// Advances the state by one event at time `now` and says what to record.
@@ -535,5 +572,20 @@ mod tests {
         assert_eq!(fx[2].counter, Some(Counter::StartWhileHolding));
         assert_eq!(s.hold_start_ns, 0);
         assert_eq!(s.wait_start_ns, 900);
+    }
+
+    #[test]
+    fn hold_history_survives_the_reset_to_idle() {
+        let mut st = LockState::ZERO;
+        st.note_hold_length(2, true);
+        st.note_hold_length(0, true);
+        st.note_hold_length(0, false);
+        st.note_hold_length(9, true);
+        st.hold_start_ns = 5;
+        st.reset_keeping_history();
+        assert!(st.is_idle());
+        assert!(st.expects_long_hold(2));
+        assert!(!st.expects_long_hold(0));
+        assert!(!st.expects_long_hold(9));
     }
 }

@@ -45,7 +45,7 @@ pub fn mm_filemap_fault(_ctx: TracePointContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     if is_target_tgid((pid_tgid >> 32) as u32) && armed() {
         add_to(&FAULT_COUNTS, FAULTS_FILEMAP, 1);
-        if unsafe { TID_HOLDING.get(&(pid_tgid as u32)) }.is_some() {
+        if unsafe { TID_HOLDING.get(&(pid_tgid as u32)) }.is_some_and(|mm| *mm != 0) {
             add_to(&FAULT_COUNTS, FAULTS_FILEMAP_UNDER_LOCK, 1);
         }
     }

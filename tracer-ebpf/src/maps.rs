@@ -79,10 +79,11 @@ pub static BLOCKED: PerCpuHashMap<BlockKey, BlockValue> = PerCpuHashMap::with_ma
 #[map]
 pub static SLEEPS: PerCpuHashMap<SleepKey, u64> = PerCpuHashMap::with_max_entries(4096, 0);
 
-/// Threads holding a target's lock (tid -> mm), so that sched_switch finds their state. A plain
-/// hash: entries live only while a hold does, and LRU inserts cost more on this hot path.
+/// Threads holding a target's lock (tid -> mm, 0 when not holding), so that sched_switch finds
+/// their state. Overwritten in place, so one insert per thread; LRU so that exited threads'
+/// entries make room.
 #[map]
-pub static TID_HOLDING: HashMap<u32, u64> = HashMap::with_max_entries(16384, 0);
+pub static TID_HOLDING: LruHashMap<u32, u64> = LruHashMap::with_max_entries(16384, 0);
 
 /// mm syscalls in progress on target threads.
 #[map]

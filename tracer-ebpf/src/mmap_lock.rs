@@ -103,6 +103,15 @@ fn on_lock_event(ctx: &TracePointContext, hook: Hook) -> Result<(), i64> {
         // A new wait (not the fault path's lock after its failed trylock): note its holders.
         st.fault = faulting as u8;
         st.blockers = blockers::begin_wait(mm, locker.tid, st.wait_mode == MODE_WRITE);
+        // Queued behind a holder, this wait will most likely cross the stack threshold; and a
+        // hold whose predecessor for the same cause did will likely do so again. Walk the
+        // stacks now rather than at acquire or release, which run inside the critical
+        // section where every waiter pays for the walk.
+        if st.start_kernel_stack == NO_STACK
+            && (st.blockers.count != 0 || st.expects_long_hold(syscalls::current(&locker)))
+        {
+            (st.start_kernel_stack, st.start_user_stack) = walk_stacks(ctx);
+        }
     } else if faulting {
         st.fault = 1;
     }
@@ -120,10 +129,12 @@ fn on_lock_event(ctx: &TracePointContext, hook: Hook) -> Result<(), i64> {
     };
     apply(ctx, &locker, &effects, reason, st, ended);
     if st.is_idle() {
-        // Only threads inside a lock operation keep an entry. Left to LRU eviction, the
-        // entries of exited threads would push out live ones (a process creating thousands of
-        // threads a second fills any size), turning real waits into unpaired events.
-        let _ = LOCK_STATE.remove(&key);
+        // Reset in place rather than deleting: the thread's next lock operation finds its
+        // entry with a lookup instead of an LRU insert (which allocates), and a delete per
+        // operation cost as much again. Entries of exited threads are the least recently used
+        // and go first when the map fills; a live one is touched at every event of its lock
+        // operation, which lasts far less than the thousands of inserts it takes to age out.
+        st.reset_keeping_history();
     }
     Ok(())
 }
@@ -156,13 +167,21 @@ fn state_of(key: &StateKey) -> Option<*mut LockState> {
     LOCK_STATE.get_ptr_mut(key)
 }
 
-/// sched_switch finds a holder's state through its tid alone.
+/// sched_switch finds a holder's state through its tid alone. The entry stays and is
+/// overwritten in place (mm while holding, 0 after), so a hold costs a lookup, not an insert
+/// and a delete.
 #[inline(always)]
 fn track_holding_thread(tid: u32, mm: u64, was_holding: bool, holding: bool) {
-    if holding && !was_holding {
-        let _ = TID_HOLDING.insert(&tid, &mm, 0);
-    } else if was_holding && !holding {
-        let _ = TID_HOLDING.remove(&tid);
+    if holding == was_holding {
+        return;
+    }
+    let value = if holding { mm } else { 0 };
+    match TID_HOLDING.get_ptr_mut(&tid) {
+        Some(slot) => unsafe { *slot = value },
+        None if holding => {
+            let _ = TID_HOLDING.insert(&tid, &mm, 0);
+        }
+        None => {}
     }
 }
 
@@ -194,7 +213,7 @@ fn apply(
     if let Some((mode, ns)) = fx.wait {
         add_totals(outside, mode, |t| t.add_wait(ns));
         let contended = fx.wait_contended_ns;
-        let waiter = aggregate(ctx, locker, KIND_WAIT, mode, ns, reason, false, |v| {
+        let waiter = aggregate(ctx, locker, KIND_WAIT, mode, ns, reason, false, st, |v| {
             v.contended_ns += contended
         });
         timeline::emit(locker, &waiter, ns);
@@ -204,6 +223,7 @@ fn apply(
     }
     if let Some((mode, ns)) = fx.hold {
         add_totals(outside, mode, |t| t.add_hold(ns));
+        st.note_hold_length(reason.syscall, ns >= config().stack_threshold_ns);
         let off = fx.hold_offcpu;
         // A hold that blocked someone gets its stacks whatever its length: its waiters need them.
         let hold = aggregate(
@@ -214,6 +234,7 @@ fn apply(
             ns,
             reason,
             ended.blocked,
+            st,
             |v| v.add_offcpu(&off),
         );
         timeline::emit(locker, &hold, ns);
@@ -280,7 +301,8 @@ fn add_sleep(hold: &AggKey, stack: i32, ns: u64) {
 /// Adds one duration to its stack's entry and returns the entry's key. Stacks are taken only
 /// for durations over the threshold (or when `force`): walking them costs microseconds, and
 /// acquire_returned / released run inside the critical section, where every nanosecond is paid
-/// by all waiters.
+/// by all waiters. Stacks already walked at start_locking are reused (the same code path: the
+/// caller that locks is the one that unlocks).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn aggregate(
@@ -291,29 +313,16 @@ fn aggregate(
     ns: u64,
     reason: Reason,
     force: bool,
+    st: &LockState,
     extra: impl FnOnce(&mut AggValue),
 ) -> AggKey {
     let cfg = config();
-    let (kernel_stack, user_stack) = if force || ns >= cfg.stack_threshold_ns {
-        let kernel = stack_id(
-            ctx,
-            0,
-            Counter::KernelStackCollision,
-            Counter::KernelStackFailed,
-        );
-        let user = if cfg.user_stacks != 0 {
-            stack_id(
-                ctx,
-                BPF_F_USER_STACK as u64,
-                Counter::UserStackCollision,
-                Counter::UserStackFailed,
-            )
-        } else {
-            NO_STACK
-        };
-        (kernel, user)
-    } else {
+    let (kernel_stack, user_stack) = if !(force || ns >= cfg.stack_threshold_ns) {
         (NO_STACK, NO_STACK)
+    } else if st.start_kernel_stack != NO_STACK {
+        (st.start_kernel_stack, st.start_user_stack)
+    } else {
+        walk_stacks(ctx)
     };
     let key = AggKey {
         pid: locker.pid,
@@ -336,6 +345,28 @@ fn aggregate(
         extra(value);
     }
     key
+}
+
+/// The current kernel stack, and the user stack unless --no-user-stacks.
+#[inline(always)]
+fn walk_stacks(ctx: &TracePointContext) -> (i32, i32) {
+    let kernel = stack_id(
+        ctx,
+        0,
+        Counter::KernelStackCollision,
+        Counter::KernelStackFailed,
+    );
+    let user = if config().user_stacks != 0 {
+        stack_id(
+            ctx,
+            BPF_F_USER_STACK as u64,
+            Counter::UserStackCollision,
+            Counter::UserStackFailed,
+        )
+    } else {
+        NO_STACK
+    };
+    (kernel, user)
 }
 
 #[inline(always)]

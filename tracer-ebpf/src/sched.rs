@@ -65,6 +65,9 @@ fn holder_state(tid: u32) -> Option<&'static mut LockState> {
         return None;
     }
     let mm = *unsafe { TID_HOLDING.get(&tid) }?;
+    if mm == 0 {
+        return None;
+    }
     let key = StateKey { tid, _pad: 0, mm };
     LOCK_STATE.get_ptr_mut(&key).map(|s| unsafe { &mut *s })
 }

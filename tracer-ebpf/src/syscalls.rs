@@ -88,6 +88,18 @@ fn try_exit() -> Result<(), i64> {
     Ok(())
 }
 
+/// 1 + the index of the target thread's mm syscall in progress, 0 when none.
+#[inline(always)]
+pub fn current(locker: &Locker) -> u8 {
+    if locker.outside_pid != 0 {
+        return 0;
+    }
+    match unsafe { SYSCALLS_ACTIVE.get(&locker.tid) } {
+        Some(state) if state.enter_ns != 0 => (state.index as u8).wrapping_add(1),
+        _ => 0,
+    }
+}
+
 /// Adds a lock operation's wait and hold to the target thread's syscall in progress, and
 /// returns 1 + that syscall's index (0 when none): the cause when no stack is taken.
 #[inline(always)]

@@ -58,10 +58,16 @@ pub struct Cli {
         short,
         long,
         value_delimiter = ',',
-        required = true,
+        required_unless_present = "command",
+        conflicts_with = "command",
         value_name = "PID[,PID...]"
     )]
     pub pid: Vec<u32>,
+
+    /// Instead of -p: run this command, traced from its first instruction, and exit with its
+    /// status (`mmapsem-trace -- make -j8`).
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
 
     /// Stop after this many seconds (default: until Ctrl-C, SIGTERM or the target exits).
     #[arg(short, long, value_name = "SECS")]
@@ -271,6 +277,15 @@ mod tests {
             "-p is required"
         );
         assert!(Cli::try_parse_from(["mmapsem-trace", "-p", "x"]).is_err());
+    }
+
+    #[test]
+    fn a_command_after_double_dash_replaces_pids() {
+        let cli =
+            Cli::try_parse_from(["mmapsem-trace", "-d", "1", "--", "make", "-j", "8"]).unwrap();
+        assert_eq!(cli.command, ["make", "-j", "8"]);
+        assert!(cli.pid.is_empty());
+        assert!(Cli::try_parse_from(["mmapsem-trace", "-p", "1", "--", "true"]).is_err());
     }
 
     fn cli(args: &[&str]) -> Cli {

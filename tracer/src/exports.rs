@@ -12,6 +12,18 @@ use crate::model::{report::Report, timeline::Slice};
 use crate::output::Destination;
 use crate::present::{self, folded::Weight, svg::SvgTitle, trace_event::TimelineNames};
 
+/// Writes the report to `path`, or when that fails, to stdout; the error then says where the
+/// report went.
+fn write_or_salvage(path: &std::path::Path, text: &str) -> Result<()> {
+    let Err(err) = Destination::File(path.to_path_buf()).write(text) else {
+        return Ok(());
+    };
+    match Destination::Stdout.write(text) {
+        Ok(()) => bail!("{err:#}; the report was written to stdout instead"),
+        Err(stdout_err) => bail!("{err:#}; writing it to stdout failed too: {stdout_err:#}"),
+    }
+}
+
 /// The timeline's slices and what names its tracks.
 pub struct TimelineData {
     pub slices: Vec<Slice>,
@@ -78,6 +90,20 @@ impl Outputs {
     pub fn write(&self, report: &Report, timeline: &TimelineData) -> Result<Vec<PathBuf>> {
         let mut written = Vec::new();
         let mut errors = Vec::new();
+        if let Some((destination, format)) = &self.report {
+            let result = self
+                .render_report(report, *format)
+                .and_then(|text| match destination {
+                    // A full or failing disk must not cost the trace: see write_or_salvage.
+                    Destination::File(path) => write_or_salvage(path, &text).map(|()| Some(path)),
+                    Destination::Stdout => Destination::Stdout.write(&text).map(|()| None),
+                });
+            match result {
+                Ok(Some(path)) => written.push(path.clone()),
+                Ok(None) => {}
+                Err(err) => errors.push(format!("{err:#}")),
+            }
+        }
         let mut put = |destination: Destination, contents: Result<String>| match contents
             .and_then(|text| destination.write(&text).map(|()| destination))
         {
@@ -85,9 +111,6 @@ impl Outputs {
             Ok(Destination::Stdout) => {}
             Err(err) => errors.push(format!("{err:#}")),
         };
-        if let Some((destination, format)) = &self.report {
-            put(destination.clone(), self.render_report(report, *format));
-        }
         let folded = present::folded::render(report, self.weight);
         if let Some(path) = &self.folded {
             put(Destination::File(path.clone()), Ok(folded.clone()));

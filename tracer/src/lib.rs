@@ -9,6 +9,7 @@ pub mod cli;
 pub mod collect;
 pub mod exports;
 pub mod intervals;
+pub mod launch;
 pub mod live;
 pub mod model;
 pub mod output;

@@ -11,6 +11,7 @@ use crate::cli::{Cli, UserStackArg, View};
 use crate::collect::{watch_until_done, NoSink, Watch, Windows};
 use crate::exports::{Outputs, TimelineData};
 use crate::intervals::IntervalPrinter;
+use crate::launch::Launched;
 use crate::live;
 use crate::model::{build_report, delta, timeline, Harvest, TraceMeta};
 use crate::probes::{ProbeSettings, Probes, StackCopySettings};
@@ -23,8 +24,17 @@ use crate::system::{
 };
 use tracer_common::Counter;
 
-pub fn run(cli: Cli) -> Result<()> {
+/// Runs one trace; returns the exit status: 0, or a launched command's own.
+pub fn run(mut cli: Cli) -> Result<i32> {
     init_logging(cli.verbose);
+    let mut launched = if cli.command.is_empty() {
+        None
+    } else {
+        // Before anything that may start threads: the child is forked from this process.
+        let launched = Launched::spawn_held(&cli.command)?;
+        cli.pid = vec![launched.pid];
+        Some(launched)
+    };
     for &pid in &cli.pid {
         procfs::require_process(pid)?;
     }
@@ -63,12 +73,16 @@ pub fn run(cli: Cli) -> Result<()> {
     let origin_ns = monotonic_ns();
     probes.set_armed(true)?;
 
-    let comm = cli
-        .pid
-        .iter()
-        .filter_map(|&pid| procfs::comm(pid))
-        .collect::<Vec<_>>()
-        .join(",");
+    let comm = match &launched {
+        // Still the tracer's copy until it execs: name it after the command.
+        Some(launched) => launched.comm(),
+        None => cli
+            .pid
+            .iter()
+            .filter_map(|&pid| procfs::comm(pid))
+            .collect::<Vec<_>>()
+            .join(","),
+    };
     eprintln!(
         "mmapsem-trace: attached to mmap_lock tracepoints; tracing pid {} ({comm}); {}",
         cli.pid
@@ -82,6 +96,10 @@ pub fn run(cli: Cli) -> Result<()> {
             "Ctrl-C to stop"
         }
     );
+
+    if let Some(launched) = launched.as_mut() {
+        launched.release()?;
+    }
 
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -127,6 +145,7 @@ pub fn run(cli: Cli) -> Result<()> {
     if watch.exited {
         eprintln!("mmapsem-trace: target exited; the report covers the trace until then");
     }
+    let ended_by_signal = signal_named(watch.ended_by);
     finish(
         &cli,
         &outputs,
@@ -136,7 +155,24 @@ pub fn run(cli: Cli) -> Result<()> {
         settings.per_thread,
         comm,
         origin_ns,
-    )
+    )?;
+    let Some(launched) = launched else {
+        return Ok(0);
+    };
+    if let Some(signal) = ended_by_signal {
+        launched.forward(signal);
+    }
+    launched.wait()
+}
+
+/// The signal behind a `Watch::ended_by`, if a signal ended the trace.
+fn signal_named(ended_by: &str) -> Option<i32> {
+    match ended_by {
+        "SIGINT" => Some(libc::SIGINT),
+        "SIGTERM" => Some(libc::SIGTERM),
+        "SIGHUP" => Some(libc::SIGHUP),
+        _ => None,
+    }
 }
 
 /// What `--user-stack dwarf` copies; frame pointers only, with a warning, when the kernel's

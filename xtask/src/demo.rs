@@ -2,7 +2,7 @@
 //! SIGUSR1 so that the tracer is attached before the first lock is taken.
 
 use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, ExitStatus, Stdio};
+use std::process::{Child, ChildStdout, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -12,8 +12,7 @@ use anyhow::{bail, Context, Result};
 use crate::cmd::Cmd;
 use crate::parse;
 use crate::paths;
-use crate::setup::{self, Tracefs};
-use crate::workspace::{self, Profile};
+use crate::setup;
 
 /// Loading and attaching takes a few seconds (BTF parsing, verifier); a minute means stuck.
 const ATTACH_TIMEOUT: Duration = Duration::from_secs(60);
@@ -21,38 +20,10 @@ const ATTACH_TIMEOUT: Duration = Duration::from_secs(60);
 const REPORT_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub fn run(seconds: u32, build: bool) -> Result<()> {
-    if !setup::is_root() {
-        bail!("the demo loads eBPF programs and needs root: run `cargo xtask demo` as root");
-    }
-    setup::run(setup::Options {
-        dry_run: false,
-        tracefs: Tracefs::Require,
-    })?;
-    if build {
-        workspace::build(Profile::Release)?;
-    }
-
-    let workload_cmd = Cmd::new(&binary("mmapsem-workload")).args(&[
-        "--wait-signal",
-        "churn",
-        "--threads",
-        "4",
-        "--writer",
-        "--seconds",
-        &seconds.to_string(),
-    ]);
-    let mut workload = Guarded::new(
-        "mmapsem-workload",
-        workload_cmd.spawn(Stdio::piped(), Stdio::inherit())?,
-    );
-    let mut workload_stdout = BufReader::new(
-        workload
-            .child
-            .stdout
-            .take()
-            .context("workload stdout was not piped")?,
-    );
-    let pid = read_ready_pid(&mut workload_stdout)?;
+    setup::for_tracing("demo", build)?;
+    let seconds = seconds.to_string();
+    let (mut workload, workload_stdout, pid) =
+        spawn_held_workload(&["churn", "--threads", "4", "--writer", "--seconds", &seconds])?;
 
     // --no-live: the demo prints the final report even when its stdout is a terminal (where
     // the tracer would otherwise open its live view).
@@ -87,7 +58,28 @@ fn binary(name: &str) -> String {
     paths::binary("release", name).display().to_string()
 }
 
-fn read_ready_pid(workload_stdout: &mut impl BufRead) -> Result<u32> {
+/// The release workload started with `--wait-signal` and `args`: it waits for SIGUSR1 so that
+/// a tracer can attach first. Returns it, its stdout after the `ready pid=` line, and its pid.
+pub fn spawn_held_workload(args: &[&str]) -> Result<(Guarded, BufReader<ChildStdout>, u32)> {
+    let cmd = Cmd::new(&binary("mmapsem-workload"))
+        .arg("--wait-signal")
+        .args(args);
+    let mut workload = Guarded::new(
+        "mmapsem-workload",
+        cmd.spawn(Stdio::piped(), Stdio::inherit())?,
+    );
+    let mut stdout = BufReader::new(
+        workload
+            .child
+            .stdout
+            .take()
+            .context("workload stdout was not piped")?,
+    );
+    let pid = read_ready_pid(&mut stdout)?;
+    Ok((workload, stdout, pid))
+}
+
+pub fn read_ready_pid(workload_stdout: &mut impl BufRead) -> Result<u32> {
     let mut line = String::new();
     workload_stdout
         .read_line(&mut line)
@@ -133,7 +125,7 @@ fn wait_until_attached(events: &Receiver<TracerEvent>, tracer: &mut Guarded) -> 
 }
 
 /// Lines of a child's output; invalid UTF-8 is replaced rather than ending the stream.
-fn lines(mut reader: impl BufRead) -> impl Iterator<Item = String> {
+pub fn lines(mut reader: impl BufRead) -> impl Iterator<Item = String> {
     std::iter::from_fn(move || {
         let mut bytes = Vec::new();
         match reader.read_until(b'\n', &mut bytes) {
@@ -160,14 +152,14 @@ fn check_exits(workload: ExitStatus, tracer: ExitStatus) -> Result<()> {
 
 /// A child that is killed when the demo fails early, so a workload waiting for its signal is
 /// never left behind.
-struct Guarded {
-    name: &'static str,
-    child: Child,
+pub struct Guarded {
+    pub name: &'static str,
+    pub child: Child,
     reaped: bool,
 }
 
 impl Guarded {
-    fn new(name: &'static str, child: Child) -> Self {
+    pub fn new(name: &'static str, child: Child) -> Self {
         Self {
             name,
             child,
@@ -175,7 +167,7 @@ impl Guarded {
         }
     }
 
-    fn wait(&mut self) -> Result<ExitStatus> {
+    pub fn wait(&mut self) -> Result<ExitStatus> {
         let status = self
             .child
             .wait()
@@ -185,7 +177,7 @@ impl Guarded {
     }
 
     /// Waits at most `timeout`, then kills the child and fails.
-    fn wait_for(&mut self, timeout: Duration) -> Result<ExitStatus> {
+    pub fn wait_for(&mut self, timeout: Duration) -> Result<ExitStatus> {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = self

@@ -1,11 +1,13 @@
 //! `cargo xtask`: sets up, builds, demonstrates and checks mmapsem-trace.
 
+mod bench;
 mod check;
 mod cmd;
 mod demo;
 mod parse;
 mod paths;
 mod setup;
+mod soak;
 mod workspace;
 
 use std::process::ExitCode;
@@ -53,6 +55,34 @@ enum Command {
         #[arg(long)]
         no_build: bool,
     },
+    /// Measure what tracing costs: each workload untraced, under mmapsem-trace and under the
+    /// equivalent bpftrace script, alternating; records the table in BENCHMARKS.md (root).
+    Bench {
+        /// Repetitions of each (workload, tracer) pair.
+        #[arg(long, default_value_t = 5)]
+        reps: u32,
+        /// How long each workload run lasts.
+        #[arg(long, default_value_t = 5)]
+        seconds: u32,
+        /// Use the release binaries already built instead of running `cargo build --release`.
+        #[arg(long)]
+        no_build: bool,
+        /// Print the table only; leave BENCHMARKS.md alone.
+        #[arg(long)]
+        no_record: bool,
+    },
+    /// Trace the churn workload for a long time, sampling the tracer's RSS, map occupancy and
+    /// lost counters every 10 s; records the curve in BENCHMARKS.md (root).
+    Soak {
+        #[arg(long, default_value_t = 30)]
+        minutes: u32,
+        /// Use the release binaries already built instead of running `cargo build --release`.
+        #[arg(long)]
+        no_build: bool,
+        /// Print the table only; leave BENCHMARKS.md alone.
+        #[arg(long)]
+        no_record: bool,
+    },
     /// Set up, build, then cargo test, cargo fmt --check and cargo clippy -D warnings.
     Test {
         /// Passed to the test harness (`-- --nocapture`); if they contain their own `--`,
@@ -93,6 +123,22 @@ fn run(command: Command) -> Result<()> {
             })
         }
         Command::Demo { seconds, no_build } => demo::run(seconds, !no_build),
+        Command::Bench {
+            reps,
+            seconds,
+            no_build,
+            no_record,
+        } => bench::run(&bench::Options {
+            reps,
+            seconds,
+            build: !no_build,
+            record: !no_record,
+        }),
+        Command::Soak {
+            minutes,
+            no_build,
+            no_record,
+        } => soak::run(minutes, !no_build, !no_record),
         Command::Test { args } => check::run(&args),
     }
 }

@@ -1,6 +1,8 @@
 //! Pure parsers for what the tools and the kernel print. Kept apart so that each can be tested
 //! against real output.
 
+use std::collections::BTreeMap;
+
 /// Whether `rustup toolchain list` shows the toolchain that `+nightly` resolves to. A dated
 /// nightly (`nightly-2026-05-19-x86_64-...`) does not count: `rustc +nightly` would not use it.
 pub fn has_nightly_toolchain(toolchain_list: &str) -> bool {
@@ -116,6 +118,152 @@ pub fn tracefs_mounted_at(mounts: &str, mount_point: &str) -> bool {
 /// The pid in the workload's first line, `ready pid=<pid>`.
 pub fn ready_pid(line: &str) -> Option<u32> {
     line.trim().strip_prefix("ready pid=")?.trim().parse().ok()
+}
+
+/// Units of work per second from a workload's summary line
+/// (`files_read=123 bytes=... elapsed_ns=3000000000 ...`), found by its first key.
+pub fn work_rate(output: &[String], work_key: &str) -> Option<f64> {
+    output.iter().find_map(|line| {
+        let fields: Vec<(&str, &str)> = line
+            .split_whitespace()
+            .filter_map(|word| word.split_once('='))
+            .collect();
+        if fields.first()?.0 != work_key {
+            return None;
+        }
+        let value =
+            |key: &str| -> Option<f64> { fields.iter().find(|(k, _)| *k == key)?.1.parse().ok() };
+        let elapsed_ns = value("elapsed_ns").filter(|ns| *ns > 0.0)?;
+        Some(value(work_key)? / (elapsed_ns / 1e9))
+    })
+}
+
+/// CPU time of a process from `/proc/PID/stat`, in clock ticks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcStat {
+    pub utime_ticks: u64,
+    pub stime_ticks: u64,
+}
+
+/// Linux's USER_HZ, which /proc reports times in, on every architecture this runs on.
+const TICKS_PER_SECOND: f64 = 100.0;
+
+impl ProcStat {
+    pub fn cpu_seconds_since(&self, earlier: &Self) -> f64 {
+        let ticks = (self.utime_ticks + self.stime_ticks)
+            .saturating_sub(earlier.utime_ticks + earlier.stime_ticks);
+        ticks as f64 / TICKS_PER_SECOND
+    }
+}
+
+/// utime and stime (fields 14 and 15) of `/proc/PID/stat`, counted after the `)` that ends
+/// the command name, which may itself hold spaces and parentheses.
+pub fn proc_stat(stat: &str) -> Option<ProcStat> {
+    let after_comm = &stat[stat.rfind(')')? + 1..];
+    let mut fields = after_comm.split_whitespace().skip(11);
+    Some(ProcStat {
+        utime_ticks: fields.next()?.parse().ok()?,
+        stime_ticks: fields.next()?.parse().ok()?,
+    })
+}
+
+/// `VmHWM:` (peak resident set) of `/proc/PID/status`, in KiB.
+pub fn vm_hwm_kib(status: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// `VmRSS:` (resident set now) of `/proc/PID/status`, in KiB.
+pub fn vm_rss_kib(status: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// A BPF map from the fdinfo of a file descriptor that holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MapFdinfo {
+    pub id: u32,
+    pub map_type: u32,
+    pub max_entries: u64,
+}
+
+impl MapFdinfo {
+    /// HASH, PERCPU_HASH, LRU_HASH, LRU_PERCPU_HASH: the map types that fill up as keys come.
+    pub fn is_hash(&self) -> bool {
+        matches!(self.map_type, 1 | 5 | 9 | 10)
+    }
+}
+
+/// The number after `key:` in a /proc/PID/fdinfo file.
+fn fdinfo_value(fdinfo: &str, key: &str) -> Option<u64> {
+    fdinfo
+        .lines()
+        .find_map(|line| line.strip_prefix(key)?.strip_prefix(':'))?
+        .trim()
+        .parse()
+        .ok()
+}
+
+pub fn bpf_map_fdinfo(fdinfo: &str) -> Option<MapFdinfo> {
+    let value = |key: &str| fdinfo_value(fdinfo, key);
+    Some(MapFdinfo {
+        id: u32::try_from(value("map_id")?).ok()?,
+        map_type: u32::try_from(value("map_type")?).ok()?,
+        max_entries: value("max_entries")?,
+    })
+}
+
+/// The first `model name` of `/proc/cpuinfo`.
+pub fn cpu_model(cpuinfo: &str) -> Option<String> {
+    cpuinfo
+        .lines()
+        .find(|line| line.starts_with("model name"))?
+        .split_once(':')
+        .map(|(_, model)| model.trim().to_owned())
+}
+
+/// A BPF program's counters from the fdinfo of a file descriptor that holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProgFdinfo {
+    pub id: u32,
+    pub run_time_ns: u64,
+    pub run_cnt: u64,
+}
+
+pub fn bpf_prog_fdinfo(fdinfo: &str) -> Option<ProgFdinfo> {
+    let value = |key: &str| fdinfo_value(fdinfo, key);
+    Some(ProgFdinfo {
+        id: u32::try_from(value("prog_id")?).ok()?,
+        // Absent while kernel.bpf_stats_enabled is 0.
+        run_time_ns: value("run_time_ns").unwrap_or(0),
+        run_cnt: value("run_cnt").unwrap_or(0),
+    })
+}
+
+/// Program id -> name from `bpftool -j prog show`.
+pub fn bpftool_program_names(json: &str) -> anyhow::Result<BTreeMap<u32, String>> {
+    let programs: serde_json::Value = serde_json::from_str(json)?;
+    Ok(programs
+        .as_array()
+        .map(|list| {
+            list.iter()
+                .filter_map(|p| {
+                    let id = u32::try_from(p["id"].as_u64()?).ok()?;
+                    Some((id, p["name"].as_str().unwrap_or("?").to_owned()))
+                })
+                .collect()
+        })
+        .unwrap_or_default())
 }
 
 fn leading_number(text: &str) -> Option<u32> {
@@ -263,5 +411,75 @@ mod tests {
         assert_eq!(ready_pid("ready pid=4242\n"), Some(4242));
         assert_eq!(ready_pid("started"), None);
         assert_eq!(ready_pid("ready pid=abc"), None);
+    }
+
+    #[test]
+    fn work_rate_divides_the_count_by_elapsed_time() {
+        let out = vec![
+            "ready pid=1".to_owned(),
+            "files_read=300 bytes=9 elapsed_ns=3000000000 method=mmap".to_owned(),
+        ];
+        assert_eq!(work_rate(&out, "files_read"), Some(100.0));
+        assert_eq!(work_rate(&out, "iterations"), None);
+        assert_eq!(
+            work_rate(&["iterations=5 elapsed_ns=0".to_owned()], "iterations"),
+            None
+        );
+    }
+
+    #[test]
+    fn proc_stat_survives_spaces_and_parentheses_in_comm() {
+        let stat = "42 (a (b) c) S 1 42 42 0 -1 4194560 100 0 0 0 250 30 0 0 20 0 1 0";
+        let parsed = proc_stat(stat).unwrap();
+        assert_eq!((parsed.utime_ticks, parsed.stime_ticks), (250, 30));
+        let before = ProcStat {
+            utime_ticks: 100,
+            stime_ticks: 30,
+        };
+        assert_eq!(parsed.cpu_seconds_since(&before), 1.5);
+    }
+
+    #[test]
+    fn status_and_cpuinfo_fields() {
+        assert_eq!(vm_hwm_kib("Name:\tx\nVmHWM:\t   12345 kB\n"), Some(12345));
+        assert_eq!(vm_hwm_kib("Name:\tx\n"), None);
+        assert_eq!(
+            cpu_model("processor\t: 0\nmodel name\t: AMD EPYC 7B13\n").as_deref(),
+            Some("AMD EPYC 7B13")
+        );
+    }
+
+    #[test]
+    fn prog_fdinfo_with_and_without_stats() {
+        let info = "pos:\t0\nprog_type:\t5\nprog_id:\t1683\nrun_time_ns:\t5000\nrun_cnt:\t10\n";
+        assert_eq!(
+            bpf_prog_fdinfo(info),
+            Some(ProgFdinfo {
+                id: 1683,
+                run_time_ns: 5000,
+                run_cnt: 10
+            })
+        );
+        assert_eq!(bpf_prog_fdinfo("prog_id:\t7\n").unwrap().run_cnt, 0);
+        assert_eq!(bpf_prog_fdinfo("pos:\t0\n"), None);
+    }
+
+    #[test]
+    fn bpftool_names_by_id() {
+        let names =
+            bpftool_program_names(r#"[{"id":3,"name":"mmap_lock_start"},{"id":4}]"#).unwrap();
+        assert_eq!(names[&3], "mmap_lock_start");
+        assert_eq!(names[&4], "?");
+    }
+
+    #[test]
+    fn map_fdinfo_and_rss() {
+        let info = "pos:\t0\nmap_type:\t9\nkey_size:\t16\nmax_entries:\t16384\nmap_id:\t42\n";
+        let map = bpf_map_fdinfo(info).unwrap();
+        assert_eq!((map.id, map.max_entries, map.is_hash()), (42, 16384, true));
+        let array = "map_type:\t2\nmax_entries:\t1\nmap_id:\t7\n";
+        assert!(!bpf_map_fdinfo(array).unwrap().is_hash());
+        assert_eq!(bpf_map_fdinfo("pos:\t0\n"), None);
+        assert_eq!(vm_rss_kib("VmHWM:\t 9 kB\nVmRSS:\t 7 kB\n"), Some(7));
     }
 }

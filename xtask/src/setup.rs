@@ -44,6 +44,38 @@ pub fn run(options: Options) -> Result<()> {
     setup.ensure_tracefs()
 }
 
+/// What every command that loads eBPF programs (demo, bench, soak) does first: check for
+/// root, set up, and build the release binaries unless told not to.
+pub fn for_tracing(command: &str, build: bool) -> Result<()> {
+    if !is_root() {
+        bail!(
+            "the {command} loads eBPF programs and needs root: run `cargo xtask {command}` as root"
+        );
+    }
+    run(Options {
+        dry_run: false,
+        tracefs: Tracefs::Require,
+    })?;
+    if build {
+        crate::workspace::build(crate::workspace::Profile::Release)?;
+    }
+    Ok(())
+}
+
+/// Installs Debian's bpftrace when missing: `cargo xtask bench` compares against it. Only the
+/// bench needs it, so neither `setup` nor `test` installs it.
+pub fn ensure_bpftrace() -> Result<()> {
+    let mut setup = Setup {
+        options: Options {
+            dry_run: false,
+            tracefs: Tracefs::Skip,
+        },
+        root: is_root(),
+        apt_updated: false,
+    };
+    setup.ensure_apt_package("bpftrace")
+}
+
 /// Whether we run as root, from the effective uid (no libc needed).
 pub fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
@@ -204,6 +236,20 @@ impl Setup {
                 bpf_linker_install(llvm_major, true)
             ),
         }
+    }
+
+    /// Installs a Debian package unless dpkg says it is installed.
+    fn ensure_apt_package(&mut self, package: &str) -> Result<()> {
+        let status = Cmd::new("dpkg").args(&["-s", package]).probe()?;
+        if parse::dpkg_says_installed(&status.stdout) {
+            report(package, "ok");
+            return Ok(());
+        }
+        report(package, "missing, installing");
+        let install = apt_install(package);
+        self.need_root(&format!("installing {package}"), &install)?;
+        self.apt_update()?;
+        self.act(&install)
     }
 
     /// llvm-sys needs `llvm-config` and libLLVM of the same major as nightly's LLVM.

@@ -100,9 +100,25 @@ impl Tracefs {
         if let Some(found) = Self::find_mounted() {
             return Ok(found);
         }
+        if let Some(denied) = Self::unreadable() {
+            bail!(
+                "not enough privilege: cannot read tracefs at {} (mode 0700); without root, \
+                 tracing needs CAP_DAC_READ_SEARCH besides CAP_BPF and CAP_PERFMON",
+                denied.display()
+            );
+        }
         mount_tracefs(CANDIDATES[0])?;
         Self::find_mounted()
             .ok_or_else(|| anyhow!("tracefs mounted but {} has no events", CANDIDATES[0]))
+    }
+
+    /// A tracefs that is there but that we may not look into (a user without
+    /// CAP_DAC_READ_SEARCH): mounting another one would fail with a misleading error.
+    fn unreadable() -> Option<PathBuf> {
+        CANDIDATES.iter().map(PathBuf::from).find(|root| {
+            std::fs::read_dir(root)
+                .is_err_and(|err| err.kind() == std::io::ErrorKind::PermissionDenied)
+        })
     }
 
     fn find_mounted() -> Option<Self> {

@@ -123,8 +123,14 @@ pub struct TracerResult {
 
 impl Tracer {
     pub fn spawn(args: &[String]) -> Self {
-        let mut child = Command::new(TRACER)
-            .args(args)
+        let mut command = Command::new(TRACER);
+        command.args(args);
+        Self::spawn_command(command)
+    }
+
+    /// Runs the tracer through another command line (setpriv ... -- mmapsem-trace ...).
+    pub fn spawn_command(mut command: Command) -> Self {
+        let mut child = command
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

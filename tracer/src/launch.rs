@@ -1,0 +1,197 @@
+//! `mmapsem-trace [options] -- CMD ARGS`: the command is forked and held just before its
+//! execve until the programs are attached and armed, so that the trace covers it from its
+//! first instruction (the ELF loader's own mmaps included); the tracer then exits with the
+//! command's status.
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
+
+use anyhow::{bail, Context as _, Result};
+
+/// Exit status of a command that could not be executed (as shells use it).
+const EXEC_FAILED: i32 = 127;
+/// Exit status of a command whose tracer went away before letting it run.
+const NEVER_RELEASED: i32 = 126;
+
+/// A command forked and waiting for `release` before it execs.
+pub struct Launched {
+    pub pid: u32,
+    program: String,
+    go: Option<OwnedFd>,
+}
+
+impl Launched {
+    pub fn spawn_held(command: &[String]) -> Result<Self> {
+        let Some(program) = command.first() else {
+            bail!("no command after --");
+        };
+        // Everything the child needs is allocated before fork: between fork and exec it may
+        // only make async-signal-safe calls.
+        let args = command
+            .iter()
+            .map(|arg| CString::new(arg.as_bytes()))
+            .collect::<Result<Vec<_>, _>>()
+            .context("a command argument contains a NUL byte")?;
+        let mut argv: Vec<*const libc::c_char> = args.iter().map(|arg| arg.as_ptr()).collect();
+        argv.push(std::ptr::null());
+        let (wait_end, go_end) = cloexec_pipe()?;
+        // SAFETY: the child branch only calls read, execvp and _exit.
+        match unsafe { libc::fork() } {
+            -1 => Err(std::io::Error::last_os_error()).context("fork"),
+            0 => {
+                drop(go_end);
+                // SAFETY: argv is NUL-terminated and points into `args`, alive in this copy.
+                unsafe { wait_then_exec(wait_end.as_raw_fd(), argv.as_ptr()) }
+            }
+            pid => {
+                drop(wait_end);
+                log::debug!("launched {program} as pid {pid}, held before execve");
+                Ok(Self {
+                    pid: pid as u32,
+                    program: program.clone(),
+                    go: Some(go_end),
+                })
+            }
+        }
+    }
+
+    /// The name the kernel will give the command once it has exec'd: its file name, cut to
+    /// the 15 bytes of a comm.
+    pub fn comm(&self) -> String {
+        let name = std::path::Path::new(&self.program).file_name().map_or_else(
+            || self.program.clone(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        name.chars()
+            .scan(0, |bytes, c| {
+                *bytes += c.len_utf8();
+                (*bytes <= 15).then_some(c)
+            })
+            .collect()
+    }
+
+    /// Lets the command exec and run.
+    pub fn release(&mut self) -> Result<()> {
+        if let Some(go) = self.go.take() {
+            let byte = [1u8];
+            // SAFETY: writing one byte from a valid buffer to an open pipe.
+            let written = unsafe { libc::write(go.as_raw_fd(), byte.as_ptr().cast(), 1) };
+            if written != 1 {
+                return Err(std::io::Error::last_os_error()).context("releasing the command");
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for the command to end; returns its exit code, or 128 + the signal that killed
+    /// it, as shells report it.
+    pub fn wait(self) -> Result<i32> {
+        let mut status = 0;
+        loop {
+            // SAFETY: waiting for our own child with a valid status pointer.
+            let got = unsafe { libc::waitpid(self.pid as i32, &mut status, 0) };
+            if got == self.pid as i32 {
+                break;
+            }
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() != Some(libc::EINTR) {
+                return Err(err).with_context(|| format!("waiting for pid {}", self.pid));
+            }
+        }
+        Ok(exit_code(status))
+    }
+
+    /// Passes a signal that ended the trace on to the command, which would otherwise keep the
+    /// tracer waiting for it.
+    pub fn forward(&self, signal: i32) {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.pid as i32, signal) };
+    }
+}
+
+fn exit_code(status: i32) -> i32 {
+    if libc::WIFSIGNALED(status) {
+        128 + libc::WTERMSIG(status)
+    } else {
+        libc::WEXITSTATUS(status)
+    }
+}
+
+fn cloexec_pipe() -> Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two descriptors that we then own.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("pipe2");
+    }
+    // SAFETY: both descriptors were just created and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// In the forked child: blocks until the tracer writes its byte (or exits without it, which
+/// closes the pipe), then execs. Never returns.
+unsafe fn wait_then_exec(fd: i32, argv: *const *const libc::c_char) -> ! {
+    let mut byte = 0u8;
+    let got = loop {
+        // SAFETY: reading one byte into a valid buffer.
+        let n = unsafe { libc::read(fd, (&mut byte as *mut u8).cast(), 1) };
+        // SAFETY: errno of this thread.
+        if n >= 0 || unsafe { *libc::__errno_location() } != libc::EINTR {
+            break n;
+        }
+    };
+    if got != 1 {
+        // SAFETY: leaving the child without running the parent's atexit handlers.
+        unsafe { libc::_exit(NEVER_RELEASED) };
+    }
+    // SAFETY: argv[0] and the array are valid, NUL-terminated C strings.
+    unsafe {
+        libc::execvp(*argv, argv);
+        libc::_exit(EXEC_FAILED)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_held(command: &[&str]) -> i32 {
+        let command: Vec<String> = command.iter().map(|s| (*s).to_owned()).collect();
+        let mut launched = Launched::spawn_held(&command).unwrap();
+        launched.release().unwrap();
+        launched.wait().unwrap()
+    }
+
+    #[test]
+    fn exit_status_and_signals_are_passed_on() {
+        assert_eq!(run_held(&["sh", "-c", "exit 7"]), 7);
+        assert_eq!(
+            run_held(&["sh", "-c", "kill -TERM $$"]),
+            128 + libc::SIGTERM
+        );
+        assert_eq!(run_held(&["/nonexistent/program"]), EXEC_FAILED);
+    }
+
+    #[test]
+    fn comm_is_the_file_name_cut_to_15_bytes() {
+        let launched = Launched {
+            pid: 0,
+            program: "/work/target/release/mmapsem-workload".to_owned(),
+            go: None,
+        };
+        assert_eq!(launched.comm(), "mmapsem-workloa");
+    }
+
+    #[test]
+    fn a_command_never_released_does_not_run() {
+        let dir = std::env::temp_dir().join(format!("mmapsem-launch-{}", std::process::id()));
+        let command = vec![
+            "touch".to_owned(),
+            dir.display().to_string(), // would be created if the command ran
+        ];
+        let mut launched = Launched::spawn_held(&command).unwrap();
+        // The tracer gives up before releasing it: the pipe closes.
+        drop(launched.go.take());
+        assert_eq!(launched.wait().unwrap(), NEVER_RELEASED);
+        assert!(!dir.exists());
+    }
+}

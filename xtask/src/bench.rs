@@ -1,0 +1,632 @@
+//! `cargo xtask bench`: what tracing costs the traced process. Runs each workload untraced,
+//! traced by mmapsem-trace and traced by an equivalent bpftrace script (bench/mmapsem.bt),
+//! alternating so that drifts of the machine (other builds, thermal) hit all three alike, then
+//! prints medians, per-program ns/event from the kernel's bpf_stats, the tracer's own CPU and
+//! memory, and its lost-event counters, and records them in BENCHMARKS.md.
+
+use std::collections::BTreeMap;
+use std::io::BufReader;
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+use crate::cmd::Cmd;
+use crate::demo::{lines, spawn_held_workload, Guarded};
+use crate::parse::{self, ProcStat};
+use crate::paths;
+use crate::setup;
+
+/// Loading and attaching takes a few seconds (BTF parsing, verifier); a minute means stuck.
+const ATTACH_TIMEOUT: Duration = Duration::from_secs(60);
+/// bpftrace symbolizes every user stack when it prints its maps.
+const EXIT_TIMEOUT: Duration = Duration::from_secs(120);
+/// How often the tracer's CPU time and peak RSS are read from /proc.
+const PROC_POLL: Duration = Duration::from_millis(200);
+/// bpf_stats are read this long before the workload ends, while the programs are still
+/// loaded (the tracer unloads them as soon as its target exits).
+const STATS_MARGIN: Duration = Duration::from_millis(500);
+const BEGIN_MARK: &str = "<!-- bench results: begin (written by cargo xtask bench) -->";
+const END_MARK: &str = "<!-- bench results: end -->";
+
+pub struct Options {
+    pub reps: u32,
+    pub seconds: u32,
+    pub build: bool,
+    pub record: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Tool {
+    Untraced,
+    Mmapsem,
+    Bpftrace,
+}
+
+impl Tool {
+    const ALL: [Self; 3] = [Self::Untraced, Self::Mmapsem, Self::Bpftrace];
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Untraced => "untraced",
+            Self::Mmapsem => "mmapsem-trace",
+            Self::Bpftrace => "bpftrace",
+        }
+    }
+}
+
+/// A workload run and the summary line key that counts its work.
+struct Scenario {
+    name: &'static str,
+    args: Vec<String>,
+    work_key: &'static str,
+}
+
+fn scenarios(seconds: u32) -> Vec<Scenario> {
+    let seconds = seconds.to_string();
+    let args = |list: &[&str]| list.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    vec![
+        Scenario {
+            name: "files --method mmap --threads 8",
+            args: args(&[
+                "files",
+                "--method",
+                "mmap",
+                "--threads",
+                "8",
+                "--seconds",
+                &seconds,
+            ]),
+            work_key: "files_read",
+        },
+        Scenario {
+            name: "churn --threads 8",
+            args: args(&["churn", "--threads", "8", "--seconds", &seconds]),
+            work_key: "iterations",
+        },
+    ]
+}
+
+/// One eBPF program's counters from `bpftool prog show` (cumulative since load).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProgramStats {
+    pub name: String,
+    pub run_time_ns: u64,
+    pub run_cnt: u64,
+}
+
+/// What one run measured.
+#[derive(Debug, Default)]
+struct Sample {
+    /// Units of work per second (files read, churn iterations).
+    throughput: f64,
+    programs: Vec<ProgramStats>,
+    /// Seconds between arming the workload and reading bpf_stats.
+    stats_window_s: f64,
+    /// The tracer's CPU time over the workload's run, as a share of one core.
+    daemon_cpu_share: Option<f64>,
+    daemon_peak_rss_kib: Option<u64>,
+    /// mmapsem-trace's non-zero `lost` counters (JSON), by name.
+    lost: BTreeMap<String, u64>,
+}
+
+pub fn run(options: &Options) -> Result<()> {
+    if options.reps == 0 || options.seconds < 2 {
+        bail!("--reps must be at least 1 and --seconds at least 2");
+    }
+    setup::for_tracing("bench", options.build)?;
+    setup::ensure_bpftrace()?;
+    let machine = Machine::describe()?;
+    let _stats = BpfStats::enable()?;
+    let mut samples: BTreeMap<(usize, Tool), Vec<Sample>> = BTreeMap::new();
+    let scenarios = scenarios(options.seconds);
+    for rep in 1..=options.reps {
+        for (index, scenario) in scenarios.iter().enumerate() {
+            for tool in Tool::ALL {
+                eprintln!(
+                    "bench: rep {rep}/{}: {} {}",
+                    options.reps,
+                    scenario.name,
+                    tool.name()
+                );
+                let sample = run_once(scenario, tool, options.seconds)
+                    .with_context(|| format!("{} under {}", scenario.name, tool.name()))?;
+                samples.entry((index, tool)).or_default().push(sample);
+            }
+        }
+    }
+    let results = render_results(&machine, options, &scenarios, &samples);
+    println!("{results}");
+    if options.record {
+        let file = paths::workspace_root().join("BENCHMARKS.md");
+        record_between(&file, BEGIN_MARK, END_MARK, &results)?;
+        eprintln!("bench: results written to {}", file.display());
+    }
+    Ok(())
+}
+
+fn binary(name: &str) -> String {
+    paths::binary("release", name).display().to_string()
+}
+
+fn run_once(scenario: &Scenario, tool: Tool, seconds: u32) -> Result<Sample> {
+    let args: Vec<&str> = scenario.args.iter().map(String::as_str).collect();
+    let (mut workload, stdout, pid) = spawn_held_workload(&args)?;
+    let report = std::env::temp_dir().join(format!("mmapsem-bench-{pid}.json"));
+    let mut tracer = match tool {
+        Tool::Untraced => None,
+        Tool::Mmapsem => Some(start_mmapsem(pid, &report)?),
+        Tool::Bpftrace => Some(start_bpftrace(pid)?),
+    };
+    let tracer_pid = tracer.as_ref().map(|t| t.child.id());
+    let poller = tracer_pid.map(ProcPoller::start);
+    let cpu_before = tracer_pid.and_then(read_proc_stat);
+
+    let armed_at = Instant::now();
+    Cmd::new("kill").args(&["-USR1", &pid.to_string()]).run()?;
+    let stats_reader = tracer_pid.map(|tracer_pid| {
+        let at = Duration::from_secs(seconds.into()).saturating_sub(STATS_MARGIN);
+        thread::spawn(move || {
+            thread::sleep(at);
+            (program_stats(tracer_pid), armed_at.elapsed())
+        })
+    });
+    let output: Vec<String> = lines(stdout).collect();
+    workload.wait()?;
+    let run_s = armed_at.elapsed().as_secs_f64();
+    let cpu_after = tracer_pid.and_then(read_proc_stat);
+
+    let mut sample = Sample {
+        throughput: parse::work_rate(&output, scenario.work_key).with_context(|| {
+            format!(
+                "no `{}=... elapsed_ns=...` line in the workload's output: {output:?}",
+                scenario.work_key
+            )
+        })?,
+        ..Sample::default()
+    };
+    if let Some(reader) = stats_reader {
+        let (programs, window) = reader
+            .join()
+            .map_err(|_| anyhow::anyhow!("bpf_stats reader panicked"))?;
+        sample.programs = programs?;
+        sample.stats_window_s = window.as_secs_f64();
+    }
+    if let Some(tracer) = tracer.as_mut() {
+        if tool == Tool::Bpftrace {
+            // bpftrace prints its maps and exits on SIGINT; mmapsem-trace exits with its target.
+            Cmd::new("kill")
+                .args(&["-INT", &tracer.child.id().to_string()])
+                .run()?;
+        }
+        let status = tracer.wait_for(EXIT_TIMEOUT)?;
+        if !status.success() && tool == Tool::Mmapsem {
+            bail!("mmapsem-trace failed ({status})");
+        }
+    }
+    if let (Some(before), Some(after)) = (cpu_before, cpu_after) {
+        sample.daemon_cpu_share = Some(after.cpu_seconds_since(&before) / run_s);
+    }
+    if let Some(poller) = poller {
+        sample.daemon_peak_rss_kib = poller.finish();
+    }
+    if tool == Tool::Mmapsem {
+        sample.lost = lost_events(&report)?;
+        let _ = std::fs::remove_file(&report);
+    }
+    Ok(sample)
+}
+
+fn start_mmapsem(pid: u32, report: &Path) -> Result<Guarded> {
+    let cmd = Cmd::new(&binary("mmapsem-trace")).args(&[
+        "-p",
+        &pid.to_string(),
+        "--no-live",
+        "--format",
+        "json",
+        "-o",
+        &report.display().to_string(),
+    ]);
+    let mut tracer = Guarded::new("mmapsem-trace", cmd.spawn(Stdio::null(), Stdio::piped())?);
+    let stderr = tracer.child.stderr.take().context("tracer stderr")?;
+    wait_for_line(stderr, "attached", &mut tracer)?;
+    Ok(tracer)
+}
+
+fn start_bpftrace(pid: u32) -> Result<Guarded> {
+    let script = paths::workspace_root().join("bench/mmapsem.bt");
+    let cmd = Cmd::new("bpftrace").args(&[script.display().to_string(), pid.to_string()]);
+    // stderr: bpftrace warns that it cannot raise RLIMIT_MEMLOCK (harmless on this kernel).
+    let mut tracer = Guarded::new("bpftrace", cmd.spawn(Stdio::piped(), Stdio::null())?);
+    let stdout = tracer.child.stdout.take().context("bpftrace stdout")?;
+    wait_for_line(stdout, "Attaching", &mut tracer)?;
+    Ok(tracer)
+}
+
+/// Waits until the child prints a line containing `needle`, then keeps draining its output in
+/// the background (a full pipe would stall it).
+pub fn wait_for_line(
+    output: impl std::io::Read + Send + 'static,
+    needle: &'static str,
+    child: &mut Guarded,
+) -> Result<()> {
+    let (seen, wait) = std::sync::mpsc::channel();
+    thread::spawn(move || {
+        let mut told = false;
+        for line in lines(BufReader::new(output)) {
+            if !told && line.contains(needle) {
+                told = true;
+                let _ = seen.send(());
+            }
+        }
+    });
+    match wait.recv_timeout(ATTACH_TIMEOUT) {
+        Ok(()) => Ok(()),
+        Err(_) => {
+            let status = child.wait_for(Duration::from_secs(1));
+            bail!("{} did not print `{needle}` ({status:?})", child.name)
+        }
+    }
+}
+
+/// The programs process `pid` holds open, with their bpf_stats counters from the fds'
+/// fdinfo (Debian's bpftool cannot say which process holds a program), named by bpftool.
+fn program_stats(pid: u32) -> Result<Vec<ProgramStats>> {
+    let names = parse::bpftool_program_names(
+        &Cmd::new("bpftool")
+            .args(&["-j", "prog", "show"])
+            .probe_ok()?,
+    )?;
+    let fd_dir = format!("/proc/{pid}/fd");
+    let mut seen = std::collections::BTreeSet::new();
+    let mut programs = Vec::new();
+    for entry in std::fs::read_dir(&fd_dir).with_context(|| format!("listing {fd_dir}"))? {
+        let fd = entry?.file_name();
+        let link = std::fs::read_link(format!("{fd_dir}/{}", fd.to_string_lossy()));
+        if !link.is_ok_and(|target| target == Path::new("anon_inode:bpf-prog")) {
+            continue;
+        }
+        let fdinfo =
+            std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", fd.to_string_lossy()))
+                .unwrap_or_default();
+        let Some(prog) = parse::bpf_prog_fdinfo(&fdinfo) else {
+            continue;
+        };
+        if seen.insert(prog.id) {
+            programs.push(ProgramStats {
+                name: names
+                    .get(&prog.id)
+                    .cloned()
+                    .unwrap_or_else(|| format!("id {}", prog.id)),
+                run_time_ns: prog.run_time_ns,
+                run_cnt: prog.run_cnt,
+            });
+        }
+    }
+    Ok(programs)
+}
+
+fn lost_events(report: &Path) -> Result<BTreeMap<String, u64>> {
+    let text = std::fs::read_to_string(report)
+        .with_context(|| format!("reading mmapsem-trace's report {}", report.display()))?;
+    let json: serde_json::Value = serde_json::from_str(&text)?;
+    let lost = json["lost"]
+        .as_object()
+        .context("no `lost` object in mmapsem-trace's JSON report")?;
+    Ok(lost
+        .iter()
+        .filter_map(|(name, n)| Some((name.clone(), n.as_u64()?)))
+        .filter(|(_, n)| *n > 0)
+        .collect())
+}
+
+fn read_proc_stat(pid: u32) -> Option<ProcStat> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse::proc_stat(&stat)
+}
+
+/// Follows a process's peak RSS (VmHWM) until it exits: the last reading before exit is the
+/// peak, give or take the final PROC_POLL.
+struct ProcPoller {
+    stop: Arc<AtomicBool>,
+    peak_kib: Arc<Mutex<Option<u64>>>,
+    thread: thread::JoinHandle<()>,
+}
+
+impl ProcPoller {
+    fn start(pid: u32) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let peak_kib = Arc::new(Mutex::new(None));
+        let thread = {
+            let (stop, peak_kib) = (Arc::clone(&stop), Arc::clone(&peak_kib));
+            thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+                        break;
+                    };
+                    if let Some(hwm) = parse::vm_hwm_kib(&status) {
+                        *peak_kib.lock().unwrap_or_else(|e| e.into_inner()) = Some(hwm);
+                    }
+                    thread::sleep(PROC_POLL);
+                }
+            })
+        };
+        Self {
+            stop,
+            peak_kib,
+            thread,
+        }
+    }
+
+    fn finish(self) -> Option<u64> {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.thread.join();
+        *self.peak_kib.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// `kernel.bpf_stats_enabled` on for the bench, restored when it ends.
+struct BpfStats {
+    previous: String,
+}
+
+impl BpfStats {
+    const PATH: &'static str = "/proc/sys/kernel/bpf_stats_enabled";
+
+    fn enable() -> Result<Self> {
+        let previous = std::fs::read_to_string(Self::PATH)
+            .with_context(|| format!("reading {}", Self::PATH))?;
+        std::fs::write(Self::PATH, "1").with_context(|| format!("writing 1 to {}", Self::PATH))?;
+        Ok(Self {
+            previous: previous.trim().to_owned(),
+        })
+    }
+}
+
+impl Drop for BpfStats {
+    fn drop(&mut self) {
+        let _ = std::fs::write(Self::PATH, &self.previous);
+    }
+}
+
+/// Where the numbers were taken.
+struct Machine {
+    date: String,
+    kernel: String,
+    cpus: usize,
+    cpu_model: String,
+    load: String,
+}
+
+impl Machine {
+    fn describe() -> Result<Self> {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        Ok(Self {
+            date: Cmd::new("date")
+                .args(&["-u", "+%Y-%m-%d %H:%M UTC"])
+                .probe_ok()?
+                .trim()
+                .to_owned(),
+            kernel: Cmd::new("uname").arg("-r").probe_ok()?.trim().to_owned(),
+            cpus: thread::available_parallelism().map_or(1, usize::from),
+            cpu_model: parse::cpu_model(&cpuinfo).unwrap_or_else(|| "unknown".to_owned()),
+            load: std::fs::read_to_string("/proc/loadavg")
+                .unwrap_or_default()
+                .split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" "),
+        })
+    }
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    match n {
+        0 => f64::NAN,
+        _ if n % 2 == 1 => values[n / 2],
+        _ => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+/// Per-program totals over every repetition, keyed by the name bpftool gives (kernel program
+/// names are cut at 15 characters).
+fn program_totals(samples: &[Sample]) -> BTreeMap<String, (u64, u64)> {
+    let mut totals: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    for sample in samples {
+        for program in &sample.programs {
+            let entry = totals.entry(program.name.clone()).or_default();
+            entry.0 += program.run_time_ns;
+            entry.1 += program.run_cnt;
+        }
+    }
+    totals
+}
+
+fn events_per_second(sample: &Sample) -> f64 {
+    let events: u64 = sample.programs.iter().map(|p| p.run_cnt).sum();
+    events as f64 / sample.stats_window_s.max(f64::MIN_POSITIVE)
+}
+
+fn render_results(
+    machine: &Machine,
+    options: &Options,
+    scenarios: &[Scenario],
+    samples: &BTreeMap<(usize, Tool), Vec<Sample>>,
+) -> String {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "Run of {} (kernel {}, {} CPUs, {}; load average {} at the start), {} repetitions of \
+         {} s each, alternating untraced / mmapsem-trace / bpftrace.\n\n",
+        machine.date,
+        machine.kernel,
+        machine.cpus,
+        machine.cpu_model,
+        machine.load,
+        options.reps,
+        options.seconds
+    ));
+    out.push_str(
+        "| workload | tracer | median throughput (/s) | vs untraced | events/s | tracer CPU \
+         (% of a core) | tracer peak RSS (MiB) | lost |\n|---|---|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for (index, scenario) in scenarios.iter().enumerate() {
+        let baseline = median_throughput(samples.get(&(index, Tool::Untraced)));
+        for tool in Tool::ALL {
+            let Some(runs) = samples.get(&(index, tool)) else {
+                continue;
+            };
+            let throughput = median_throughput(Some(runs));
+            let traced = tool != Tool::Untraced;
+            let cell = |value: Option<String>| value.unwrap_or_else(|| "-".to_owned());
+            out.push_str(&format!(
+                "| {} | {} | {:.0} | {:.2}x | {} | {} | {} | {} |\n",
+                scenario.name,
+                tool.name(),
+                throughput,
+                throughput / baseline,
+                cell(traced.then(|| format!(
+                    "{:.0}",
+                    median(&mut runs.iter().map(events_per_second).collect::<Vec<_>>())
+                ))),
+                cell(median_of(runs, |s| s.daemon_cpu_share).map(|c| format!("{:.1}", c * 100.0))),
+                cell(
+                    runs.iter()
+                        .filter_map(|s| s.daemon_peak_rss_kib)
+                        .max()
+                        .map(|k| format!("{:.1}", k as f64 / 1024.0))
+                ),
+                cell(match tool {
+                    Tool::Mmapsem => Some(lost_summary(runs)),
+                    Tool::Bpftrace => Some("not counted".to_owned()),
+                    Tool::Untraced => None,
+                }),
+            ));
+        }
+    }
+    out.push_str(
+        "\nPer program, over all repetitions (kernel bpf_stats: run_time_ns / run_cnt):\n\n\
+         | workload | tracer | program | events | ns/event |\n|---|---|---|---:|---:|\n",
+    );
+    for (index, scenario) in scenarios.iter().enumerate() {
+        for tool in [Tool::Mmapsem, Tool::Bpftrace] {
+            let Some(runs) = samples.get(&(index, tool)) else {
+                continue;
+            };
+            for (name, (ns, count)) in program_totals(runs) {
+                if count == 0 {
+                    continue;
+                }
+                out.push_str(&format!(
+                    "| {} | {} | {name} | {count} | {:.0} |\n",
+                    scenario.name,
+                    tool.name(),
+                    ns as f64 / count as f64
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// The lost or unpaired counters of every repetition, summed by name; `0` when none.
+fn lost_summary(runs: &[Sample]) -> String {
+    let mut total: BTreeMap<&str, u64> = BTreeMap::new();
+    for run in runs {
+        for (name, n) in &run.lost {
+            *total.entry(name).or_default() += n;
+        }
+    }
+    if total.is_empty() {
+        return "0".to_owned();
+    }
+    let names: Vec<String> = total
+        .iter()
+        .map(|(name, n)| format!("{name}={n}"))
+        .collect();
+    names.join(", ")
+}
+
+fn median_throughput(runs: Option<&Vec<Sample>>) -> f64 {
+    runs.map_or(f64::NAN, |runs| {
+        median(&mut runs.iter().map(|s| s.throughput).collect::<Vec<_>>())
+    })
+}
+
+fn median_of(runs: &[Sample], value: impl Fn(&Sample) -> Option<f64>) -> Option<f64> {
+    let mut values: Vec<f64> = runs.iter().filter_map(value).collect();
+    (!values.is_empty()).then(|| median(&mut values))
+}
+
+/// Replaces the results between the markers in `file`, keeping the hand-written discussion
+/// around them; appends them (with the markers) when the file has none.
+pub fn record_between(file: &Path, begin: &str, end: &str, results: &str) -> Result<()> {
+    let old = std::fs::read_to_string(file).unwrap_or_default();
+    std::fs::write(file, splice_results(&old, begin, end, results))
+        .with_context(|| format!("writing {}", file.display()))
+}
+
+fn splice_results(old: &str, begin_mark: &str, end_mark: &str, results: &str) -> String {
+    let block = format!("{begin_mark}\n{results}{end_mark}\n");
+    match (old.find(begin_mark), old.find(end_mark)) {
+        (Some(begin), Some(end)) if begin < end => {
+            let after = &old[end + end_mark.len()..];
+            format!(
+                "{}{block}{}",
+                &old[..begin],
+                after.strip_prefix('\n').unwrap_or(after)
+            )
+        }
+        _ if old.is_empty() => format!("# Benchmarks\n\n{block}"),
+        _ => format!("{old}\n{block}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert!(median(&mut []).is_nan());
+    }
+
+    #[test]
+    fn results_replace_the_marked_block_and_keep_the_rest() {
+        let old = format!("# B\n\nintro\n{BEGIN_MARK}\nold table\n{END_MARK}\n\n## Misses\nwhy\n");
+        let new = splice_results(&old, BEGIN_MARK, END_MARK, "new table\n");
+        assert_eq!(
+            new,
+            format!("# B\n\nintro\n{BEGIN_MARK}\nnew table\n{END_MARK}\n\n## Misses\nwhy\n")
+        );
+        let fresh = splice_results("", BEGIN_MARK, END_MARK, "t\n");
+        assert!(fresh.starts_with("# Benchmarks\n") && fresh.contains("t\n<!--"));
+    }
+
+    #[test]
+    fn program_totals_add_up_repetitions() {
+        let program = |ns, cnt| ProgramStats {
+            name: "mmap_lock_relea".to_owned(),
+            run_time_ns: ns,
+            run_cnt: cnt,
+        };
+        let runs = [
+            Sample {
+                programs: vec![program(1000, 10)],
+                ..Sample::default()
+            },
+            Sample {
+                programs: vec![program(3000, 10)],
+                ..Sample::default()
+            },
+        ];
+        assert_eq!(program_totals(&runs)["mmap_lock_relea"], (4000, 20));
+    }
+}

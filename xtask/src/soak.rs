@@ -1,0 +1,178 @@
+//! `cargo xtask soak --minutes N`: traces the churn workload for N minutes and samples, every
+//! 10 s, the tracer's resident memory, how full each of its eBPF maps is, and its lost-event
+//! counters, to show that memory stays flat over a long trace. Records the curve in
+//! BENCHMARKS.md.
+
+use std::io::BufReader;
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+use crate::bench::{record_between, wait_for_line};
+use crate::cmd::Cmd;
+use crate::demo::{lines, spawn_held_workload, Guarded};
+use crate::parse;
+use crate::paths;
+use crate::setup;
+
+const SAMPLE_EVERY: Duration = Duration::from_secs(10);
+const EXIT_TIMEOUT: Duration = Duration::from_secs(60);
+const BEGIN_MARK: &str = "<!-- soak results: begin (written by cargo xtask soak) -->";
+const END_MARK: &str = "<!-- soak results: end -->";
+
+/// One sample of the tracer's state.
+struct Sample {
+    at: Duration,
+    rss_kib: u64,
+    /// (map name, entries, max_entries) of the hash maps, which can grow.
+    maps: Vec<(String, u64, u64)>,
+    lost: String,
+}
+
+pub fn run(minutes: u32, build: bool, record: bool) -> Result<()> {
+    if minutes == 0 {
+        bail!("--minutes must be at least 1");
+    }
+    setup::for_tracing("soak", build)?;
+    let seconds = u64::from(minutes) * 60;
+    let (mut workload, stdout, pid) =
+        spawn_held_workload(&["churn", "--threads", "8", "--seconds", &seconds.to_string()])?;
+    // Cumulative interval reports: their footer carries the lost counters so far.
+    let tracer_cmd =
+        Cmd::new(&binary("mmapsem-trace")).args(&["-p", &pid.to_string(), "--no-live", "-i", "10"]);
+    let mut tracer = Guarded::new(
+        "mmapsem-trace",
+        tracer_cmd.spawn(Stdio::piped(), Stdio::piped())?,
+    );
+    let tracer_stdout = tracer.child.stdout.take().context("tracer stdout")?;
+    let tracer_stderr = tracer.child.stderr.take().context("tracer stderr")?;
+    wait_for_line(tracer_stderr, "attached", &mut tracer)?;
+    let last_lost = follow_lost_line(tracer_stdout);
+    Cmd::new("kill").args(&["-USR1", &pid.to_string()]).run()?;
+
+    let started = Instant::now();
+    let tracer_pid = tracer.child.id();
+    let mut samples = Vec::new();
+    while started.elapsed() < Duration::from_secs(seconds) {
+        thread::sleep(SAMPLE_EVERY);
+        let Some(sample) = take_sample(tracer_pid, started.elapsed(), &last_lost) else {
+            break;
+        };
+        eprintln!("soak: {}", row(&sample));
+        samples.push(sample);
+    }
+    for line in lines(stdout) {
+        eprintln!("workload: {line}");
+    }
+    workload.wait()?;
+    tracer.wait_for(EXIT_TIMEOUT)?;
+    let results = render(minutes, &samples);
+    println!("{results}");
+    if record {
+        let file = paths::workspace_root().join("BENCHMARKS.md");
+        record_between(&file, BEGIN_MARK, END_MARK, &results)?;
+        eprintln!("soak: results written to {}", file.display());
+    }
+    Ok(())
+}
+
+fn binary(name: &str) -> String {
+    paths::binary("release", name).display().to_string()
+}
+
+/// Keeps the latest `Lost or unpaired events:` line of the tracer's reports.
+fn follow_lost_line(stdout: impl std::io::Read + Send + 'static) -> Arc<Mutex<String>> {
+    let last = Arc::new(Mutex::new(String::from("(no report yet)")));
+    let writer = Arc::clone(&last);
+    thread::spawn(move || {
+        for line in lines(BufReader::new(stdout)) {
+            if let Some(lost) = line.strip_prefix("Lost or unpaired events: ") {
+                *writer.lock().unwrap_or_else(|e| e.into_inner()) = lost.to_owned();
+            }
+        }
+    });
+    last
+}
+
+fn take_sample(pid: u32, at: Duration, last_lost: &Mutex<String>) -> Option<Sample> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    Some(Sample {
+        at,
+        rss_kib: parse::vm_rss_kib(&status)?,
+        maps: hash_map_occupancy(pid).unwrap_or_default(),
+        lost: last_lost.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+    })
+}
+
+/// Entries and capacity of every hash map the process holds (arrays are always full, stack
+/// and ring buffer maps are not dumped).
+fn hash_map_occupancy(pid: u32) -> Result<Vec<(String, u64, u64)>> {
+    let fd_dir = format!("/proc/{pid}/fd");
+    let mut maps = Vec::new();
+    for entry in std::fs::read_dir(&fd_dir)? {
+        let fd = entry?.file_name();
+        let fd = fd.to_string_lossy();
+        let link = std::fs::read_link(format!("{fd_dir}/{fd}"));
+        if !link.is_ok_and(|target| target == Path::new("anon_inode:bpf-map")) {
+            continue;
+        }
+        let fdinfo = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}"))?;
+        let Some(map) = parse::bpf_map_fdinfo(&fdinfo) else {
+            continue;
+        };
+        if !map.is_hash() {
+            continue;
+        }
+        let show = Cmd::new("bpftool")
+            .args(&["-j", "map", "show", "id", &map.id.to_string()])
+            .probe_ok()?;
+        let name = serde_json::from_str::<serde_json::Value>(&show)?["name"]
+            .as_str()
+            .unwrap_or("?")
+            .to_owned();
+        let dump = Cmd::new("bpftool")
+            .args(&["-j", "map", "dump", "id", &map.id.to_string()])
+            .probe_ok()?;
+        let entries = serde_json::from_str::<serde_json::Value>(&dump)?
+            .as_array()
+            .map_or(0, Vec::len) as u64;
+        maps.push((name, entries, map.max_entries));
+    }
+    maps.sort();
+    Ok(maps)
+}
+
+fn row(sample: &Sample) -> String {
+    let maps: Vec<String> = sample
+        .maps
+        .iter()
+        .filter(|(_, entries, _)| *entries > 0)
+        .map(|(name, entries, max)| format!("{name} {entries}/{max}"))
+        .collect();
+    format!(
+        "| {} | {:.1} | {} | {} |",
+        sample.at.as_secs(),
+        sample.rss_kib as f64 / 1024.0,
+        maps.join(", "),
+        sample.lost
+    )
+}
+
+fn render(minutes: u32, samples: &[Sample]) -> String {
+    let mut out = format!(
+        "Soak of {minutes} min: `churn --threads 8` traced by mmapsem-trace (`-i 10`), sampled \
+         every {} s: the tracer's RSS, the hash maps holding entries (entries/capacity), and \
+         the lost or unpaired counters so far.\n\n\
+         | s | RSS (MiB) | map occupancy | lost or unpaired so far |\n|---:|---:|---|---|\n",
+        SAMPLE_EVERY.as_secs()
+    );
+    for sample in samples {
+        out.push_str(&row(sample));
+        out.push('\n');
+    }
+    out
+}
