@@ -4,24 +4,8 @@
 
 mod common;
 
-use std::sync::Mutex;
-
-use common::{bpf_available, trace_workload, value_of};
+use common::{bpf_available, entries, json, serial, trace_workload, value_of};
 use serde_json::Value;
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn json(text: &str) -> Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("invalid JSON ({e}):\n{text}"))
-}
-
-fn entries(report: &Value) -> &Vec<Value> {
-    report["entries"].as_array().expect("entries array")
-}
 
 fn symbols_of(frames: &Value) -> Vec<&str> {
     frames

@@ -4,17 +4,10 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
-use common::{bpf_available, trace_workload, Tracer, Workload};
+use common::{bpf_available, serial, trace_workload, Tracer, Workload};
 use serde_json::Value;
-
-/// One trace at a time: they share two CPUs.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// Files of one churn run with every export asked for at once.
 struct ExportRun {

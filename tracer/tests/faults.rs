@@ -5,20 +5,9 @@ mod common;
 
 use std::io::Write as _;
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
 
-use common::{bpf_available, trace_workload, workload_path, Tracer, Workload};
+use common::{bpf_available, json, serial, trace_workload, workload_path, Tracer, Workload};
 use serde_json::Value;
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn json(text: &str) -> Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("bad JSON ({e}):\n{text}"))
-}
 
 fn u(v: &Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("not a u64: {v}"))

@@ -4,26 +4,10 @@
 mod common;
 
 use std::process::Command;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::{bpf_available, trace_workload, value_of, Tracer, Workload};
+use common::{bpf_available, entries, json, serial, trace_workload, value_of, Tracer, Workload};
 use serde_json::Value;
-
-/// One trace at a time: they share two CPUs, and the timing assertions want them quiet.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn json(text: &str) -> Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("invalid JSON ({e}):\n{text}"))
-}
-
-fn entries(report: &Value) -> &Vec<Value> {
-    report["entries"].as_array().expect("entries array")
-}
 
 fn symbols(entry: &Value) -> Vec<String> {
     entry["frames"]

@@ -10,6 +10,22 @@ use std::time::Duration;
 
 pub const TRACER: &str = env!("CARGO_BIN_EXE_mmapsem-trace");
 
+/// One trace at a time within a test binary: they share two CPUs, and some assertions want the
+/// workload undisturbed by the others' programs.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("invalid JSON ({e}):\n{text}"))
+}
+
+pub fn entries(report: &serde_json::Value) -> &Vec<serde_json::Value> {
+    report["entries"].as_array().expect("entries array")
+}
+
 /// True when BPF tests can run here. Without it, with MMAPSEM_REQUIRE_BPF=1 (CI) the test
 /// fails; otherwise it is skipped with the reason printed.
 pub fn bpf_available(test: &str) -> bool {
