@@ -115,7 +115,7 @@ fn kernel_frames(symbolizer: &Symbolizer, addrs: &[u64]) -> Vec<Frame> {
             addr,
             ..Frame::default()
         };
-        push_symbolized(&mut frames, frame, results.get(i), lookups[i]);
+        push_symbolized(&mut frames, frame, results.get(i));
     }
     frames
 }
@@ -145,19 +145,14 @@ fn user_frames(symbolizer: &Symbolizer, addrs: &[u64], history: &MappingHistory)
             .symbolize(&src, Input::FileOffset(&[file_offset]))
             .ok()
             .and_then(|mut v| v.pop());
-        push_symbolized(&mut frames, frame, result.as_ref(), lookup);
+        push_symbolized(&mut frames, frame, result.as_ref());
     }
     frames
 }
 
 /// Appends `base` filled in from a blazesym result, preceded by the functions inlined at that
 /// address (innermost first, like the rest of the stack).
-fn push_symbolized(
-    frames: &mut Vec<Frame>,
-    base: Frame,
-    result: Option<&Symbolized>,
-    _lookup: u64,
-) {
+fn push_symbolized(frames: &mut Vec<Frame>, base: Frame, result: Option<&Symbolized>) {
     let Some(Symbolized::Sym(sym)) = result else {
         frames.push(base);
         return;

@@ -46,7 +46,6 @@ pub struct Harvest {
     pub counters: Vec<(Counter, u64)>,
     pub locker_comms: HashMap<u32, String>,
     pub in_flight: InFlight,
-    pub target_mms_found: usize,
     /// Waits charged to the holders they waited behind.
     pub blocked: Vec<(BlockKey, BlockValue)>,
     /// Holds' sleeping time by the kernel stack they slept in.

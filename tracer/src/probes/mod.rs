@@ -304,7 +304,6 @@ fn read_maps(
         counters: read_counters(&map_ref(ebpf, "COUNTERS")?)?,
         locker_comms: read_comms(&map_ref(ebpf, "LOCKER_COMMS")?),
         in_flight: read_in_flight(&map_ref(ebpf, "LOCK_STATE")?, &target_mms),
-        target_mms_found: target_mms.len(),
         blocked: read_summed(&map_ref(ebpf, "BLOCKED")?, |into: &mut BlockValue, v| {
             into.count += v.count;
             into.wait_ns += v.wait_ns;
