@@ -73,12 +73,19 @@ pub struct LockState {
     /// outside them) crossed the stack threshold. Kept across lock operations, so that the
     /// stacks of a hold expected to be long are walked before the lock is taken.
     pub long_holds: u8,
-    pub _pad: [u8; 6],
+    /// 1 when this lock operation was picked by the sampler for stacks and a user stack copy
+    /// although it was not expected to be long: its events keep their stacks whatever their
+    /// length.
+    pub user_copy_sampled: u8,
+    pub _pad: [u8; 5],
     /// Kernel and user stacks walked at start_locking, when the wait began behind a holder
     /// (managed by the eBPF programs): outside the critical section, where walking costs only
     /// the waiter. The wait and the hold that follows reuse them.
     pub start_kernel_stack: i32,
     pub start_user_stack: i32,
+    /// Id (bpf_ktime_get_ns at copy time) of the user stack copy this lock operation sent to
+    /// user space, or 0 (managed by the eBPF programs).
+    pub user_copy_id: u64,
     /// Who held the lock when the current wait began (managed by the eBPF programs).
     pub blockers: Blockers,
 }
@@ -100,9 +107,11 @@ impl LockState {
         miss_mode: 0,
         fault: 0,
         long_holds: 0,
-        _pad: [0; 6],
+        user_copy_sampled: 0,
+        _pad: [0; 5],
         start_kernel_stack: crate::NO_STACK,
         start_user_stack: crate::NO_STACK,
+        user_copy_id: 0,
         blockers: Blockers::ZERO,
     };
 }
@@ -159,6 +168,7 @@ impl LockState {
         cause < 8 && self.long_holds & (1 << cause) != 0
     }
 
+    /// Remembers whether the hold just ended for `cause` crossed the stack threshold.
     #[inline(always)]
     pub fn note_hold_length(&mut self, cause: u8, long: bool) {
         if cause < 8 {
@@ -582,8 +592,11 @@ mod tests {
         st.note_hold_length(0, false);
         st.note_hold_length(9, true);
         st.hold_start_ns = 5;
+        st.user_copy_id = 7;
+        st.user_copy_sampled = 1;
         st.reset_keeping_history();
         assert!(st.is_idle());
+        assert_eq!((st.user_copy_id, st.user_copy_sampled), (0, 0));
         assert!(st.expects_long_hold(2));
         assert!(!st.expects_long_hold(0));
         assert!(!st.expects_long_hold(9));

@@ -107,10 +107,14 @@ fn on_lock_event(ctx: &TracePointContext, hook: Hook) -> Result<(), i64> {
         // hold whose predecessor for the same cause did will likely do so again. Walk the
         // stacks now rather than at acquire or release, which run inside the critical
         // section where every waiter pays for the walk.
-        if st.start_kernel_stack == NO_STACK
-            && (st.blockers.count != 0 || st.expects_long_hold(syscalls::current(&locker)))
-        {
+        // A sample of the other operations gets its stacks too (`user_copy_sampled` keeps
+        // them whatever their length), so that the common short paths are named.
+        let expected_long = st.blockers.count != 0
+            || st.expects_long_hold(syscalls::current(&locker))
+            || user_stacks::sample_at_start(&locker, st);
+        if st.start_kernel_stack == NO_STACK && expected_long {
             (st.start_kernel_stack, st.start_user_stack) = walk_stacks(ctx);
+            user_stacks::copy_at_start(&locker, st, now);
         }
     } else if faulting {
         st.fault = 1;
@@ -217,7 +221,9 @@ fn apply(
             v.contended_ns += contended
         });
         timeline::emit(locker, &waiter, ns);
-        user_stacks::capture(locker, &waiter, ns, EventShare::waited(contended));
+        let last_use = fx.hold.is_none() && st.hold_start_ns == 0;
+        let share = EventShare::waited(contended);
+        user_stacks::send_event(locker, st, &waiter, ns, share, last_use);
         blockers::charge(&waiter, &st.blockers, ns);
         st.blockers.count = 0;
     }
@@ -238,7 +244,9 @@ fn apply(
             |v| v.add_offcpu(&off),
         );
         timeline::emit(locker, &hold, ns);
-        user_stacks::capture(locker, &hold, ns, EventShare::held(&off));
+        // A downgrade ends the write hold and begins a read hold: the copy serves that too.
+        let last_use = st.hold_start_ns == 0;
+        user_stacks::send_event(locker, st, &hold, ns, EventShare::held(&off), last_use);
         if ended.blocked {
             remember_holder(locker, &hold, ended.hold_start_ns);
         }
@@ -317,6 +325,7 @@ fn aggregate(
     extra: impl FnOnce(&mut AggValue),
 ) -> AggKey {
     let cfg = config();
+    let force = force || st.user_copy_sampled != 0;
     let (kernel_stack, user_stack) = if !(force || ns >= cfg.stack_threshold_ns) {
         (NO_STACK, NO_STACK)
     } else if st.start_kernel_stack != NO_STACK {

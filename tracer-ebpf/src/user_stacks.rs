@@ -4,13 +4,17 @@
 //! after about one frame).
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_task, bpf_probe_read_kernel, bpf_probe_read_user_buf},
+    bindings::BPF_RB_NO_WAKEUP,
+    helpers::{
+        bpf_get_current_task, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user_buf,
+    },
     macros::map,
     maps::{PerCpuArray, RingBuf},
 };
 use tracer_common::{
-    AggKey, Config, Counter, OffCpu, UserStackEvent, UserStackRecord, NO_STACK, USER_STACK_MAX,
-    USER_STACK_PAGE,
+    AggKey, Config, Counter, LockState, OffCpu, UserStackCopy, UserStackCopyHeader, UserStackEvent,
+    NO_STACK, USER_STACK_MAX_PAGES, USER_STACK_PAGE, USER_STACK_RECORD_COPY,
+    USER_STACK_RECORD_EVENT, USER_STACK_SMALL_PAGES,
 };
 
 use crate::{
@@ -22,14 +26,16 @@ use crate::{
 #[map]
 pub static USER_STACKS: RingBuf = RingBuf::with_byte_size(4096, 0);
 
-/// Slot 0: per-CPU count of short events seen, for 1-in-N sampling.
+/// Slot 0: per-CPU count of candidate events seen, for 1-in-N sampling.
 #[map]
 static SAMPLE_TICK: PerCpuArray<u32> = PerCpuArray::with_max_entries(1, 0);
 
-const MAX_PAGES: usize = USER_STACK_MAX / USER_STACK_PAGE;
 /// Highest user-space address on x86_64 (47-bit address space): saved registers beyond it mean
 /// the offsets are wrong for this kernel, and nothing is sent.
 const USER_TOP: u64 = 1 << 47;
+/// User space polls the ring on its own clock: waking it from inside a lock operation would
+/// only add an irq_work to every record.
+const SUBMIT_FLAGS: u64 = BPF_RB_NO_WAKEUP as u64;
 
 /// The AggValue fields one event added besides its duration, so that user space can move the
 /// event out of its entry exactly.
@@ -62,18 +68,86 @@ impl EventShare {
     }
 }
 
-/// Copies the user stack of the event just aggregated under `key` when it is long enough, or
-/// when the sampler picks it. Outside lockers are skipped: their stacks are in another process.
+/// At start_locking of an operation that is not expected to be long: whether the sampler
+/// picks it for stacks and a copy anyway (one in `user_stack_sample`, per CPU), so that the
+/// common short paths are unwound too.
 #[inline(always)]
-pub fn capture(locker: &Locker, key: &AggKey, ns: u64, share: EventShare) {
+pub fn sample_at_start(locker: &Locker, st: &mut LockState) -> bool {
+    let cfg = config();
+    if cfg.user_stack_bytes == 0 || locker.outside_pid != 0 || !sampled(&cfg) {
+        return false;
+    }
+    st.user_copy_sampled = 1;
+    true
+}
+
+/// At start_locking of an operation whose stacks were walked (it is expected to wait or hold
+/// past the stack threshold, or was sampled): copies the user stack now, before the lock is
+/// taken. The user stack does not change while the thread is in the kernel, so the wait and
+/// the hold that follow use this copy, and no waiter pays for it inside the critical section.
+#[inline(always)]
+pub fn copy_at_start(locker: &Locker, st: &mut LockState, now: u64) {
     let cfg = config();
     if cfg.user_stack_bytes == 0 || locker.outside_pid != 0 {
         return;
     }
-    if ns < cfg.user_stack_threshold_ns && !(key.kernel_stack != NO_STACK && sampled(&cfg)) {
+    if send_copy(&cfg, locker, now).is_some() {
+        st.user_copy_id = now;
+    } else {
+        count(Counter::UserStackCopyDropped);
+    }
+}
+
+/// At the end of a wait or hold just aggregated under `key`: tells user space to unwind it with
+/// the operation's copy. A wait or hold past the copy threshold whose operation has no copy
+/// (it was not expected to be long) is copied now, inside the critical section: the one case
+/// that costs waiters, rare once the thread's history predicts its holds. Outside lockers are
+/// skipped: their stacks are in another process.
+#[inline(always)]
+pub fn send_event(
+    locker: &Locker,
+    st: &mut LockState,
+    key: &AggKey,
+    ns: u64,
+    share: EventShare,
+    last_use: bool,
+) {
+    let cfg = config();
+    if cfg.user_stack_bytes == 0 || locker.outside_pid != 0 || key.kernel_stack == NO_STACK {
         return;
     }
-    if send(&cfg, locker, key, ns, &share).is_none() {
+    let long = ns >= cfg.user_stack_threshold_ns;
+    let mut late_copy = false;
+    if st.user_copy_id == 0 {
+        if !long {
+            return;
+        }
+        let now = unsafe { bpf_ktime_get_ns() };
+        if send_copy(&cfg, locker, now).is_none() {
+            count(Counter::UserStackCopyDropped);
+            return;
+        }
+        st.user_copy_id = now;
+        late_copy = true;
+    }
+    let event = UserStackEvent {
+        record: USER_STACK_RECORD_EVENT,
+        tid: locker.tid,
+        copy_id: st.user_copy_id,
+        key: *key,
+        duration_ns: ns,
+        contended_ns: share.contended_ns,
+        runnable_ns: share.runnable_ns,
+        sleeping_ns: share.sleeping_ns,
+        uninterruptible_ns: share.uninterruptible_ns,
+        last_use: last_use as u8,
+        late_copy: late_copy as u8,
+        _pad: [0; 6],
+    };
+    if USER_STACKS
+        .output::<UserStackEvent>(&event, SUBMIT_FLAGS)
+        .is_err()
+    {
         count(Counter::UserStackCopyDropped);
     }
 }
@@ -93,31 +167,38 @@ fn sampled(cfg: &Config) -> bool {
     true
 }
 
+/// Sends the current thread's user registers and stack window, in the smaller record when the
+/// window fits it.
 #[inline(always)]
-fn send(cfg: &Config, locker: &Locker, key: &AggKey, ns: u64, share: &EventShare) -> Option<()> {
+fn send_copy(cfg: &Config, locker: &Locker, now: u64) -> Option<()> {
     let (ip, sp, bp) = user_registers(cfg)?;
-    let mut entry = USER_STACKS.reserve::<UserStackRecord>(0)?;
-    let record = entry.as_mut_ptr();
     let stack_start = sp & !(USER_STACK_PAGE as u64 - 1);
+    let header = UserStackCopyHeader {
+        record: USER_STACK_RECORD_COPY,
+        tid: locker.tid,
+        copy_id: now,
+        pid: locker.pid,
+        stack_len: 0,
+        ip,
+        sp,
+        bp,
+        stack_start,
+    };
     let wanted = sp - stack_start + cfg.user_stack_bytes as u64;
-    let copied = unsafe { copy_pages(&mut (*record).bytes, stack_start, wanted) };
-    unsafe {
-        (*record).event = UserStackEvent {
-            key: *key,
-            tid: locker.tid,
-            stack_len: copied,
-            duration_ns: ns,
-            contended_ns: share.contended_ns,
-            runnable_ns: share.runnable_ns,
-            sleeping_ns: share.sleeping_ns,
-            uninterruptible_ns: share.uninterruptible_ns,
-            ip,
-            sp,
-            bp,
-            stack_start,
-        };
+    if wanted <= (USER_STACK_SMALL_PAGES * USER_STACK_PAGE) as u64 {
+        send_pages::<USER_STACK_SMALL_PAGES>(header, wanted)
+    } else {
+        send_pages::<USER_STACK_MAX_PAGES>(header, wanted)
     }
-    entry.submit(0);
+}
+
+#[inline(always)]
+fn send_pages<const PAGES: usize>(mut header: UserStackCopyHeader, wanted: u64) -> Option<()> {
+    let mut entry = USER_STACKS.reserve::<UserStackCopy<PAGES>>(0)?;
+    let record = entry.as_mut_ptr();
+    header.stack_len = unsafe { copy_pages(&mut (*record).pages, header.stack_start, wanted) };
+    unsafe { (*record).header = header };
+    entry.submit(SUBMIT_FLAGS);
     Some(())
 }
 
@@ -143,19 +224,21 @@ fn user_registers(cfg: &Config) -> Option<(u64, u64, u64)> {
 /// Copies whole pages of user memory from `start` until `wanted` bytes or the first page that
 /// cannot be read (the top of the stack mapping). Returns the bytes copied.
 #[inline(always)]
-fn copy_pages(dst: &mut [u8; USER_STACK_MAX], start: u64, wanted: u64) -> u32 {
+fn copy_pages<const PAGES: usize>(
+    dst: &mut [[u8; USER_STACK_PAGE]; PAGES],
+    start: u64,
+    wanted: u64,
+) -> u32 {
     let mut copied = 0usize;
-    for page in 0..MAX_PAGES {
+    for (page, chunk) in dst.iter_mut().enumerate() {
         if copied as u64 >= wanted {
             break;
         }
-        let offset = page * USER_STACK_PAGE;
-        let src = (start + offset as u64) as *const u8;
-        let chunk = &mut dst[offset..offset + USER_STACK_PAGE];
+        let src = (start + (page * USER_STACK_PAGE) as u64) as *const u8;
         if unsafe { bpf_probe_read_user_buf(src, chunk) }.is_err() {
             break;
         }
-        copied = offset + USER_STACK_PAGE;
+        copied = (page + 1) * USER_STACK_PAGE;
     }
     copied as u32
 }

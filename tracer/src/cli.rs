@@ -115,8 +115,8 @@ pub struct Cli {
     #[arg(long, value_name = "FILE")]
     pub timeline: Option<PathBuf>,
 
-    /// Shortest wait or hold put on the --timeline, and whose user stack is copied for
-    /// unwinding with --user-stack dwarf (e.g. 500us, 1ms).
+    /// Shortest wait or hold put on the --timeline; with --user-stack dwarf, also the shortest
+    /// whose user stack is copied even when it was not expected to be long (e.g. 500us, 1ms).
     #[arg(long, default_value = "1ms", value_parser = parse_duration_ns, value_name = "DURATION")]
     pub threshold: u64,
 
@@ -133,9 +133,10 @@ pub struct Cli {
     #[arg(long)]
     pub per_thread: bool,
 
-    /// How user stacks are taken: `dwarf` unwinds copies of the stacks of waits and holds over
-    /// --threshold (and one in --user-stack-sample of the shorter ones) with CFI; `fp` walks
-    /// frame pointers only; `none` takes kernel stacks only.
+    /// How user stacks are taken: `dwarf` unwinds with CFI copies of the stacks of lock
+    /// operations expected to wait or hold past --stack-threshold (and of one in
+    /// --user-stack-sample of the others); `fp` walks frame pointers only; `none` takes kernel
+    /// stacks only.
     #[arg(long, value_enum, default_value_t = UserStackArg::Dwarf, value_name = "HOW")]
     pub user_stack: UserStackArg,
 
@@ -144,8 +145,8 @@ pub struct Cli {
     #[arg(long, default_value = "16384", value_name = "BYTES")]
     pub user_stack_bytes: u32,
 
-    /// One in N waits and holds shorter than --threshold (but with a kernel stack) get their
-    /// user stack copied too, so that common paths are unwound; 0: none.
+    /// One in N lock operations not expected to be long get stacks and a user stack copy too,
+    /// so that the common short paths are named and unwound; 0: none.
     #[arg(long, default_value_t = 64, value_name = "N")]
     pub user_stack_sample: u32,
 

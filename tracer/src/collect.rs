@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result};
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::model::unwound::{StackCopy, Unwound};
+use crate::model::unwound::{PendingCopies, StackRecord, Unwound};
 use crate::model::{build_report, delta, Harvest, LiveSnapshot, Report, TraceMeta};
 use crate::probes::Probes;
 use crate::symbolize::StackSymbolizer;
@@ -38,23 +38,40 @@ pub struct Watch {
     pub thread_names: HashMap<u32, String>,
     /// User stacks unwound from the kernel's copies so far (`--user-stack dwarf`).
     pub unwound: Unwound,
+    /// Copies waiting for the events that use them.
+    pub pending_copies: PendingCopies,
     unwinder: StackUnwinder,
 }
 
 impl Watch {
-    /// Unwinds stack copies against the mappings seen, re-reading a process's mappings once
-    /// when a copy's ip lies outside them (a library loaded since the last look).
-    pub fn unwind(&mut self, copies: Vec<StackCopy>) {
+    /// Pairs the kernel's stack copies with the events that use them and unwinds each copy
+    /// (once) against the mappings seen, re-reading a process's mappings once when a copy's ip
+    /// lies outside them (a library loaded since the last look).
+    pub fn unwind(&mut self, records: Vec<StackRecord>) {
         let mut refreshed = HashSet::new();
-        for copy in copies {
-            let pid = copy.event.key.pid;
-            let history = self.mappings.entry(pid).or_default();
-            if history.find(copy.event.ip).is_none() && refreshed.insert(pid) {
-                history.refresh(pid);
+        for record in records {
+            let event = match record {
+                StackRecord::Copy(copy) => {
+                    self.pending_copies.add_copy(copy);
+                    continue;
+                }
+                StackRecord::Event(event) => event,
+            };
+            let (mappings, unwinder) = (&mut self.mappings, &mut self.unwinder);
+            let stack = self.pending_copies.resolve(&event, |copy| {
+                let pid = copy.header.pid;
+                let history = mappings.entry(pid).or_default();
+                if history.find(copy.header.ip).is_none() && refreshed.insert(pid) {
+                    history.refresh(pid);
+                }
+                unwinder.unwind(pid, copy, history)
+            });
+            if let Some(stack) = stack {
+                self.unwound.add(&event, stack);
             }
-            let stack = self.unwinder.unwind(pid, &copy, history);
-            self.unwound.add(&copy.event, stack);
         }
+        let stats = &self.pending_copies.stats;
+        self.unwound.note_without_copy(stats.events_without_copy);
     }
 }
 

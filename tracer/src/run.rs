@@ -13,6 +13,7 @@ use crate::exports::{Outputs, TimelineData};
 use crate::intervals::IntervalPrinter;
 use crate::launch::Launched;
 use crate::live;
+use crate::model::unwound::CopyStats;
 use crate::model::{build_report, delta, timeline, Harvest, TraceMeta};
 use crate::probes::{ProbeSettings, Probes, StackCopySettings};
 use crate::symbolize::StackSymbolizer;
@@ -194,6 +195,19 @@ fn stack_copies(cli: &Cli, offsets: &KernelOffsets) -> Option<StackCopySettings>
     })
 }
 
+fn log_copy_use(stats: &CopyStats, unwound_events: u64) {
+    if stats.copies > 0 {
+        log::info!(
+            "user stacks: {} copies ({} made late, inside the critical section), {} events \
+             unwound, {} events whose copy was gone",
+            stats.copies,
+            stats.late_copies,
+            unwound_events,
+            stats.events_without_copy
+        );
+    }
+}
+
 /// Harvests, symbolizes (reusing what the views already symbolized) and writes every output.
 #[allow(clippy::too_many_arguments)]
 fn finish(
@@ -209,8 +223,9 @@ fn finish(
     let phase = Instant::now();
     // Disarmed first, so that no copy arrives after the last drain.
     probes.set_armed(false)?;
-    let copies = probes.drain_user_stacks();
-    watch.unwind(copies);
+    let records = probes.drain_user_stacks();
+    watch.unwind(records);
+    log_copy_use(&watch.pending_copies.stats, watch.unwound.events());
     let mut harvest = probes.harvest()?;
     watch.unwound.apply_to(&mut harvest);
     log::info!(

@@ -90,11 +90,11 @@ fn unwind_copy(
     cache: &mut CacheX86_64,
     copy: &StackCopy,
 ) -> UnwoundStack {
-    let event = &copy.event;
-    let window = event.stack_start..event.stack_start + copy.bytes.len() as u64;
+    let regs = &copy.header;
+    let window = regs.stack_start..regs.stack_start + copy.bytes.len() as u64;
     let mut read_stack = |addr: u64| read_word(&copy.bytes, &window, addr);
-    let regs = UnwindRegsX86_64::new(event.ip, event.sp, event.bp);
-    let mut frames = unwinder.iter_frames(event.ip, regs, cache, &mut read_stack);
+    let start = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
+    let mut frames = unwinder.iter_frames(regs.ip, start, cache, &mut read_stack);
     let mut addrs = Vec::new();
     let truncated = loop {
         match frames.next() {

@@ -43,19 +43,32 @@ pub struct Options {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Tool {
     Untraced,
+    /// Defaults: user stacks unwound from copies (`--user-stack dwarf`).
     Mmapsem,
+    /// Frame-pointer user stacks only: the difference to `Mmapsem` is what the copies cost.
+    MmapsemFp,
     Bpftrace,
 }
 
 impl Tool {
-    const ALL: [Self; 3] = [Self::Untraced, Self::Mmapsem, Self::Bpftrace];
+    const ALL: [Self; 4] = [
+        Self::Untraced,
+        Self::Mmapsem,
+        Self::MmapsemFp,
+        Self::Bpftrace,
+    ];
 
     fn name(self) -> &'static str {
         match self {
             Self::Untraced => "untraced",
             Self::Mmapsem => "mmapsem-trace",
+            Self::MmapsemFp => "mmapsem-trace --user-stack fp",
             Self::Bpftrace => "bpftrace",
         }
+    }
+
+    fn is_mmapsem(self) -> bool {
+        matches!(self, Self::Mmapsem | Self::MmapsemFp)
     }
 }
 
@@ -159,7 +172,8 @@ fn run_once(scenario: &Scenario, tool: Tool, seconds: u32) -> Result<Sample> {
     let report = std::env::temp_dir().join(format!("mmapsem-bench-{pid}.json"));
     let mut tracer = match tool {
         Tool::Untraced => None,
-        Tool::Mmapsem => Some(start_mmapsem(pid, &report)?),
+        Tool::Mmapsem => Some(start_mmapsem(pid, &report, &[])?),
+        Tool::MmapsemFp => Some(start_mmapsem(pid, &report, &["--user-stack", "fp"])?),
         Tool::Bpftrace => Some(start_bpftrace(pid)?),
     };
     let tracer_pid = tracer.as_ref().map(|t| t.child.id());
@@ -204,7 +218,7 @@ fn run_once(scenario: &Scenario, tool: Tool, seconds: u32) -> Result<Sample> {
                 .run()?;
         }
         let status = tracer.wait_for(EXIT_TIMEOUT)?;
-        if !status.success() && tool == Tool::Mmapsem {
+        if !status.success() && tool.is_mmapsem() {
             bail!("mmapsem-trace failed ({status})");
         }
     }
@@ -214,23 +228,25 @@ fn run_once(scenario: &Scenario, tool: Tool, seconds: u32) -> Result<Sample> {
     if let Some(poller) = poller {
         sample.daemon_peak_rss_kib = poller.finish();
     }
-    if tool == Tool::Mmapsem {
+    if tool.is_mmapsem() {
         sample.lost = lost_events(&report)?;
         let _ = std::fs::remove_file(&report);
     }
     Ok(sample)
 }
 
-fn start_mmapsem(pid: u32, report: &Path) -> Result<Guarded> {
-    let cmd = Cmd::new(&binary("mmapsem-trace")).args(&[
-        "-p",
-        &pid.to_string(),
-        "--no-live",
-        "--format",
-        "json",
-        "-o",
-        &report.display().to_string(),
-    ]);
+fn start_mmapsem(pid: u32, report: &Path, extra: &[&str]) -> Result<Guarded> {
+    let cmd = Cmd::new(&binary("mmapsem-trace"))
+        .args(&[
+            "-p",
+            &pid.to_string(),
+            "--no-live",
+            "--format",
+            "json",
+            "-o",
+            &report.display().to_string(),
+        ])
+        .args(extra);
     let mut tracer = Guarded::new("mmapsem-trace", cmd.spawn(Stdio::null(), Stdio::piped())?);
     let stderr = tracer.child.stderr.take().context("tracer stderr")?;
     wait_for_line(stderr, "attached", &mut tracer)?;
@@ -502,7 +518,7 @@ fn render_results(
                         .map(|k| format!("{:.1}", k as f64 / 1024.0))
                 ),
                 cell(match tool {
-                    Tool::Mmapsem => Some(lost_summary(runs)),
+                    Tool::Mmapsem | Tool::MmapsemFp => Some(lost_summary(runs)),
                     Tool::Bpftrace => Some("not counted".to_owned()),
                     Tool::Untraced => None,
                 }),
@@ -514,7 +530,7 @@ fn render_results(
          | workload | tracer | program | events | ns/event |\n|---|---|---|---:|---:|\n",
     );
     for (index, scenario) in scenarios.iter().enumerate() {
-        for tool in [Tool::Mmapsem, Tool::Bpftrace] {
+        for tool in [Tool::Mmapsem, Tool::MmapsemFp, Tool::Bpftrace] {
             let Some(runs) = samples.get(&(index, tool)) else {
                 continue;
             };

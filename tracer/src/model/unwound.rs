@@ -1,11 +1,13 @@
 //! User stacks unwound in user space from copies the kernel made (`--user-stack dwarf`), and
 //! how they join the kernel's aggregation.
 //!
-//! The kernel adds every wait and hold to its entry, keyed by the frame-pointer user stack, and
-//! copies the user stack of some of them (the long ones, and a sample of the short ones). Each
-//! copied event carries the key it was added under and its exact share of the entry (duration,
-//! slow-path and off-CPU time), so an unwound event is *moved*: subtracted from its entry and
-//! added to an entry keyed by the unwound stack. Counts and times stay exact; the remainder keeps
+//! The kernel adds every wait and hold to its entry, keyed by the frame-pointer user stack. It
+//! copies the user stack of a lock operation when the operation begins and is expected to be
+//! long (or is sampled), and later sends an event record for each wait or hold of that
+//! operation worth unwinding, naming the copy (`PendingCopies` pairs them). Each event carries
+//! the key it was added under and its exact share of the entry (duration, slow-path and off-CPU
+//! time), so an unwound event is *moved*: subtracted from its entry and added to an entry keyed
+//! by the unwound stack. Counts and times stay exact; the remainder keeps
 //! the frame-pointer stack. Unwound stacks get synthetic ids (`UNWOUND_BASE` and up) that never
 //! collide with stack-map ids, and ride in `Harvest::stacks` like any other stack.
 
@@ -13,7 +15,8 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 use tracer_common::{
-    AggKey, AggValue, BlockKey, BlockValue, SleepKey, UserStackEvent, KIND_HOLD, NO_STACK,
+    AggKey, AggValue, BlockKey, BlockValue, Counter, SleepKey, UserStackCopyHeader, UserStackEvent,
+    KIND_HOLD, NO_STACK,
 };
 
 use super::report::HolderSig;
@@ -62,9 +65,99 @@ impl UserStackKind {
 /// A copied user stack as the kernel sent it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StackCopy {
-    pub event: UserStackEvent,
-    /// Stack memory from `event.stack_start`.
+    pub header: UserStackCopyHeader,
+    /// Stack memory from `header.stack_start`.
     pub bytes: Vec<u8>,
+}
+
+/// What the user stack ring buffer carries, in order: a copy always comes before the events
+/// that use it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StackRecord {
+    Copy(StackCopy),
+    Event(UserStackEvent),
+}
+
+/// Copies not yet unwound kept at most (about 20 KiB each with the default window); beyond
+/// it, the oldest go, and an event arriving for one of them keeps its frame-pointer stack.
+const MAX_PENDING: usize = 512;
+
+/// How the copies were used, for the closing log and the lost counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CopyStats {
+    pub copies: u64,
+    /// Copies made at the end of an event, inside the critical section (not expected).
+    pub late_copies: u64,
+    pub events: u64,
+    /// Events whose copy was no longer kept (evicted, or its record was dropped).
+    pub events_without_copy: u64,
+}
+
+enum Pending {
+    Raw(StackCopy),
+    Unwound(UnwoundStack),
+}
+
+/// The latest copy of each thread, until the events that use it arrive. A thread runs one lock
+/// operation at a time, so its next copy replaces the previous one.
+#[derive(Default)]
+pub struct PendingCopies {
+    by_tid: HashMap<u32, (u64, Pending)>,
+    pub stats: CopyStats,
+}
+
+impl PendingCopies {
+    pub fn add_copy(&mut self, copy: StackCopy) {
+        self.stats.copies += 1;
+        if self.by_tid.len() >= MAX_PENDING && !self.by_tid.contains_key(&copy.header.tid) {
+            self.evict_oldest();
+        }
+        let (tid, id) = (copy.header.tid, copy.header.copy_id);
+        self.by_tid.insert(tid, (id, Pending::Raw(copy)));
+    }
+
+    /// The unwound stack of `event`'s copy, unwinding it with `unwind` the first time.
+    pub fn resolve(
+        &mut self,
+        event: &UserStackEvent,
+        unwind: impl FnOnce(&StackCopy) -> UnwoundStack,
+    ) -> Option<UnwoundStack> {
+        self.stats.events += 1;
+        self.stats.late_copies += event.late_copy as u64;
+        let stack = match self.by_tid.get_mut(&event.tid) {
+            Some((id, pending)) if *id == event.copy_id => {
+                if let Pending::Raw(copy) = pending {
+                    *pending = Pending::Unwound(unwind(copy));
+                }
+                match pending {
+                    Pending::Unwound(stack) => Some(stack.clone()),
+                    Pending::Raw(_) => unreachable!("unwound above"),
+                }
+            }
+            _ => None,
+        };
+        if stack.is_none() {
+            self.stats.events_without_copy += 1;
+        } else if event.last_use != 0 {
+            self.by_tid.remove(&event.tid);
+        }
+        stack
+    }
+
+    fn evict_oldest(&mut self) {
+        let oldest = self.by_tid.iter().min_by_key(|(_, (id, _))| *id);
+        if let Some(&tid) = oldest.map(|(tid, _)| tid) {
+            self.by_tid.remove(&tid);
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_tid.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_tid.is_empty()
+    }
 }
 
 /// An unwound stack: instruction pointer, then return addresses, innermost first (the same
@@ -81,6 +174,9 @@ pub struct Unwound {
     ids: HashMap<(Vec<u64>, bool), i32>,
     stacks: HashMap<i32, Vec<u64>>,
     moved: HashMap<(AggKey, i32), AggValue>,
+    /// Events that could not be unwound because their copy was gone: counted with the
+    /// kernel's `user_stack_copy_dropped`.
+    without_copy: u64,
 }
 
 impl Unwound {
@@ -115,9 +211,14 @@ impl Unwound {
         self.moved.values().map(|v| v.count).sum()
     }
 
+    pub fn note_without_copy(&mut self, events: u64) {
+        self.without_copy = events;
+    }
+
     /// Moves the unwound events out of `harvest`'s entries into entries keyed by their unwound
     /// stacks, and adds those stacks. An entry left with no event is removed.
     pub fn apply_to(&self, harvest: &mut Harvest) {
+        add_counter(harvest, Counter::UserStackCopyDropped, self.without_copy);
         let mut by_key: HashMap<AggKey, Vec<(i32, &AggValue)>> = HashMap::new();
         for ((key, id), value) in &self.moved {
             by_key.entry(*key).or_default().push((*id, value));
@@ -157,6 +258,16 @@ impl Unwound {
                 value,
                 max_is_upper_bound: false,
             }));
+    }
+}
+
+fn add_counter(harvest: &mut Harvest, counter: Counter, n: u64) {
+    if n == 0 {
+        return;
+    }
+    match harvest.counters.iter_mut().find(|(c, _)| *c == counter) {
+        Some((_, total)) => *total += n,
+        None => harvest.counters.push((counter, n)),
     }
 }
 
@@ -438,5 +549,81 @@ mod tests {
         let rest = window.entries.iter().find(|e| e.key == fp).unwrap();
         assert_eq!((moved.value.count, moved.value.total_ns), (1, 7000));
         assert_eq!((rest.value.count, rest.value.total_ns), (1, 500));
+    }
+
+    fn copy(tid: u32, copy_id: u64) -> StackCopy {
+        StackCopy {
+            header: UserStackCopyHeader {
+                tid,
+                copy_id,
+                ..UserStackCopyHeader::default()
+            },
+            bytes: vec![0; 8],
+        }
+    }
+
+    fn use_of(tid: u32, copy_id: u64, last_use: bool) -> UserStackEvent {
+        UserStackEvent {
+            tid,
+            copy_id,
+            last_use: last_use as u8,
+            ..event(key(5), 10)
+        }
+    }
+
+    #[test]
+    fn a_copy_is_unwound_once_for_all_its_events_and_freed_after_the_last() {
+        let mut pending = PendingCopies::default();
+        pending.add_copy(copy(1, 100));
+        let mut unwinds = 0;
+        let mut unwind = |_: &StackCopy| {
+            unwinds += 1;
+            stack(&[0xa, 0xb], false)
+        };
+        let wait = pending.resolve(&use_of(1, 100, false), &mut unwind);
+        let hold = pending.resolve(&use_of(1, 100, true), &mut unwind);
+        assert_eq!(wait, Some(stack(&[0xa, 0xb], false)));
+        assert_eq!(hold, wait);
+        assert_eq!(unwinds, 1);
+        assert!(pending.is_empty());
+        assert_eq!(pending.stats.events, 2);
+        assert_eq!(pending.stats.events_without_copy, 0);
+    }
+
+    #[test]
+    fn events_for_a_replaced_or_unknown_copy_are_counted_not_guessed() {
+        let mut pending = PendingCopies::default();
+        pending.add_copy(copy(1, 100));
+        pending.add_copy(copy(1, 200));
+        let unwind = |_: &StackCopy| stack(&[1], false);
+        assert_eq!(pending.resolve(&use_of(1, 100, true), unwind), None);
+        assert_eq!(pending.resolve(&use_of(2, 100, true), unwind), None);
+        assert!(pending.resolve(&use_of(1, 200, true), unwind).is_some());
+        assert_eq!(pending.stats.copies, 2);
+        assert_eq!(pending.stats.events_without_copy, 2);
+    }
+
+    #[test]
+    fn the_oldest_copies_go_first_when_too_many_are_pending() {
+        let mut pending = PendingCopies::default();
+        for tid in 0..MAX_PENDING as u32 + 1 {
+            pending.add_copy(copy(tid, 1000 + tid as u64));
+        }
+        assert_eq!(pending.len(), MAX_PENDING);
+        let unwind = |_: &StackCopy| stack(&[1], false);
+        assert_eq!(pending.resolve(&use_of(0, 1000, true), unwind), None);
+        assert!(pending.resolve(&use_of(1, 1001, true), unwind).is_some());
+    }
+
+    #[test]
+    fn events_without_copy_join_the_dropped_counter() {
+        let mut harvest = Harvest {
+            counters: vec![(Counter::UserStackCopyDropped, 2)],
+            ..Harvest::default()
+        };
+        let mut u = Unwound::default();
+        u.note_without_copy(3);
+        u.apply_to(&mut harvest);
+        assert_eq!(harvest.counters, vec![(Counter::UserStackCopyDropped, 5)]);
     }
 }

@@ -24,7 +24,7 @@ use tracer_common::{
 
 use self::timeline::TimelineReader;
 use self::user_stacks::UserStackReader;
-use crate::model::unwound::StackCopy;
+use crate::model::unwound::StackRecord;
 use crate::model::{Features, Harvest, InFlight, RawEntry, StackRef};
 use crate::system::{
     btf::KernelOffsets,
@@ -221,9 +221,9 @@ impl Probes {
         }
     }
 
-    /// The user stack copies the kernel has written since the last call (call it often: the
-    /// ring buffer is bounded, and what does not fit is dropped and counted).
-    pub fn drain_user_stacks(&mut self) -> Vec<StackCopy> {
+    /// The user stack copies and events the kernel has written since the last call (call it
+    /// often: the ring buffer is bounded, and what does not fit is dropped and counted).
+    pub fn drain_user_stacks(&mut self) -> Vec<StackRecord> {
         self.user_stacks
             .as_mut()
             .map(UserStackReader::drain)

@@ -1,17 +1,21 @@
-//! Draining the user stack ring buffer: copies of user registers and stack windows, for
-//! unwinding in user space (`--user-stack dwarf`).
+//! Draining the user stack ring buffer: copies of user registers and stack windows, and the
+//! waits and holds that use them, for unwinding in user space (`--user-stack dwarf`).
 
 use anyhow::{anyhow, Result};
 use aya::{
     maps::{MapData, RingBuf},
     Ebpf,
 };
-use tracer_common::{UserStackEvent, USER_STACK_MAX};
+use tracer_common::{
+    UserStackCopyHeader, UserStackEvent, USER_STACK_MAX, USER_STACK_RECORD_COPY,
+    USER_STACK_RECORD_EVENT,
+};
 
-use crate::model::unwound::StackCopy;
+use crate::model::unwound::{StackCopy, StackRecord};
 
-/// Ring buffer size when copies are asked for: about 120 records of the largest window, more
-/// than a drain interval (100 ms) of long waits and holds; what does not fit is counted.
+/// Ring buffer size when copies are asked for: about 400 copies of the default window (120 of
+/// the largest), more than a drain interval (100 ms) of long waits and holds; what does not fit
+/// is counted.
 pub const RING_BYTES: u32 = 8 << 20;
 /// Size when no copies are asked for (the smallest the kernel takes: one page).
 pub const RING_BYTES_OFF: u32 = 4096;
@@ -30,67 +34,101 @@ impl UserStackReader {
         })
     }
 
-    /// Every copy the kernel has written since the last call.
-    pub fn drain(&mut self) -> Vec<StackCopy> {
-        let mut copies = Vec::new();
+    /// Every record the kernel has written since the last call, in order.
+    pub fn drain(&mut self) -> Vec<StackRecord> {
+        let mut records = Vec::new();
         while let Some(item) = self.ring.next() {
             match decode(&item) {
-                Some(copy) => copies.push(copy),
+                Some(record) => records.push(record),
                 None => log::warn!("user stack record of {} bytes ignored", item.len()),
             }
         }
-        copies
+        records
     }
 }
 
-/// Reads one record: the event, then the `stack_len` bytes of stack that follow it.
-fn decode(bytes: &[u8]) -> Option<StackCopy> {
-    let header = std::mem::size_of::<UserStackEvent>();
-    if bytes.len() < header {
+/// Reads one record, told apart by its first field: a copy (header, then the `stack_len` bytes
+/// of stack that follow it) or an event.
+fn decode(bytes: &[u8]) -> Option<StackRecord> {
+    let kind = u32::from_ne_bytes(bytes.get(..4)?.try_into().ok()?);
+    match kind {
+        USER_STACK_RECORD_COPY => {
+            let header: UserStackCopyHeader = read_struct(bytes)?;
+            let start = std::mem::size_of::<UserStackCopyHeader>();
+            let len = (header.stack_len as usize).min(USER_STACK_MAX);
+            let stack = bytes.get(start..start + len)?;
+            Some(StackRecord::Copy(StackCopy {
+                header,
+                bytes: stack.to_vec(),
+            }))
+        }
+        USER_STACK_RECORD_EVENT => read_struct::<UserStackEvent>(bytes).map(StackRecord::Event),
+        _ => None,
+    }
+}
+
+/// The plain-integer struct at the start of `bytes`, if they are long enough.
+fn read_struct<T: aya::Pod>(bytes: &[u8]) -> Option<T> {
+    if bytes.len() < std::mem::size_of::<T>() {
         return None;
     }
-    // SAFETY: the length was checked; UserStackEvent is plain integers (any bit pattern is
-    // valid); the ring gives no alignment promise, hence the unaligned read.
-    let event = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<UserStackEvent>()) };
-    let len = (event.stack_len as usize).min(USER_STACK_MAX);
-    let stack = bytes.get(header..header + len)?;
-    Some(StackCopy {
-        event,
-        bytes: stack.to_vec(),
-    })
+    // SAFETY: the length was checked; T is Pod (plain integers, any bit pattern is valid); the
+    // ring gives no alignment promise, hence the unaligned read.
+    Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn bytes_of<T>(value: &T) -> Vec<u8> {
+        // SAFETY: viewing a plain-integer struct as bytes.
+        unsafe {
+            std::slice::from_raw_parts((value as *const T).cast::<u8>(), std::mem::size_of::<T>())
+        }
+        .to_vec()
+    }
+
     #[test]
     fn decodes_the_copied_part_only_and_refuses_short_records() {
-        let event = UserStackEvent {
+        let header = UserStackCopyHeader {
+            record: USER_STACK_RECORD_COPY,
             tid: 9,
             stack_len: 16,
             sp: 0x7ffc_0000_0010,
             stack_start: 0x7ffc_0000_0000,
-            ..UserStackEvent::default()
+            ..UserStackCopyHeader::default()
         };
-        // SAFETY: viewing a plain-integer struct as bytes.
-        let head = unsafe {
-            std::slice::from_raw_parts(
-                (&event as *const UserStackEvent).cast::<u8>(),
-                std::mem::size_of::<UserStackEvent>(),
-            )
-        };
-        let mut record = vec![0u8; 1];
-        record.extend_from_slice(head);
+        let mut record = bytes_of(&header);
         record.extend((0..64u8).collect::<Vec<_>>());
-        let copy = decode(&record[1..]).unwrap();
-        assert_eq!(copy.event, event);
+        let Some(StackRecord::Copy(copy)) = decode(&record) else {
+            panic!("not decoded as a copy")
+        };
+        assert_eq!(copy.header, header);
         assert_eq!(copy.bytes, (0..16u8).collect::<Vec<_>>());
-        assert!(decode(&record[1..40]).is_none());
+        assert!(decode(&record[..40]).is_none());
         let cut = record.len() - 60;
         assert!(
-            decode(&record[1..cut]).is_none(),
+            decode(&record[..cut]).is_none(),
             "stack_len beyond the record"
         );
+    }
+
+    #[test]
+    fn decodes_events_and_refuses_unknown_kinds() {
+        let event = UserStackEvent {
+            record: USER_STACK_RECORD_EVENT,
+            tid: 4,
+            copy_id: 77,
+            duration_ns: 5,
+            last_use: 1,
+            ..UserStackEvent::default()
+        };
+        let record = bytes_of(&event);
+        assert_eq!(decode(&record), Some(StackRecord::Event(event)));
+        assert!(decode(&record[..20]).is_none());
+        let mut unknown = record.clone();
+        unknown[0] = 9;
+        assert!(decode(&unknown).is_none());
     }
 }
