@@ -377,6 +377,10 @@ pub struct Config {
     pub pt_regs_ip: u32,
     pub pt_regs_sp: u32,
     pub pt_regs_bp: u32,
+    pub pt_regs_orig_ax: u32,
+    /// Non-zero when the offsets above are known: lock operations serving a user page fault
+    /// are then told apart by the saved orig_ax (-1 on exception entry).
+    pub user_regs_known: u32,
 }
 
 impl Config {
@@ -409,6 +413,8 @@ impl Config {
         pt_regs_ip: 0,
         pt_regs_sp: 0,
         pt_regs_bp: 0,
+        pt_regs_orig_ax: 0,
+        user_regs_known: 0,
     };
 }
 
@@ -457,16 +463,15 @@ impl SyscallTotals {
 }
 
 /// Slots of the per-CPU fault counter array.
+/// User faults of the targets: filled in by user space from /proc/PID/stat (counting them in
+/// the kernel cost a program run on every fault).
 pub const FAULTS_USER: u32 = 0;
-/// User faults whose handler took mmap_lock (fell back from the per-VMA lock).
+/// Lock operations taken by user page faults (fell back from the per-VMA lock).
 pub const FAULTS_TOOK_MMAP_LOCK: u32 = 1;
 pub const FAULTS_FILEMAP: u32 = 2;
 /// filemap faults while the faulting thread held the target's mmap_lock.
 pub const FAULTS_FILEMAP_UNDER_LOCK: u32 = 3;
 pub const FAULT_SLOTS: u32 = 4;
-
-/// A fault this recent (and no mm syscall in progress) explains the next lock attempt.
-pub const FAULT_LOCK_WINDOW_NS: u64 = 1_000_000;
 
 /// Identifies one hold: the holder thread and when it began.
 #[repr(C)]

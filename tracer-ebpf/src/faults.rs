@@ -1,44 +1,23 @@
-//! The fault family (exceptions:page_fault_user, filemap:mm_filemap_fault): how many faults a
-//! target takes, how many fall back from the per-VMA lock to mmap_lock, and how many filemap
-//! faults run while the thread holds mmap_lock.
+//! The fault family: which lock operations serve a user page fault (one that fell back from
+//! the per-VMA lock to mmap_lock), and how many filemap faults run while the thread holds
+//! mmap_lock (filemap:mm_filemap_fault).
+//!
+//! No program runs on every page fault: a lock operation begun from a user-mode exception is
+//! recognised at start_locking by the registers the kernel saved on entry (orig_ax is -1 for
+//! exceptions, the syscall number for syscalls). The total of the targets' faults comes from
+//! /proc in user space.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    helpers::{bpf_get_current_pid_tgid, bpf_get_current_task, bpf_probe_read_kernel},
     macros::tracepoint,
     programs::TracePointContext,
 };
-use tracer_common::{
-    FAULTS_FILEMAP, FAULTS_FILEMAP_UNDER_LOCK, FAULTS_TOOK_MMAP_LOCK, FAULTS_USER,
-    FAULT_LOCK_WINDOW_NS,
-};
+use tracer_common::{FAULTS_FILEMAP, FAULTS_FILEMAP_UNDER_LOCK, FAULTS_TOOK_MMAP_LOCK};
 
 use crate::{
-    maps::{add_to, armed, FAULT_COUNTS, RECENT_FAULT, SYSCALLS_ACTIVE, TID_HOLDING},
+    maps::{add_to, armed, config, FAULT_COUNTS, TID_HOLDING},
     target::{is_target_tgid, Locker},
 };
-
-/// Low bit of a RECENT_FAULT timestamp: this fault was already counted as taking the lock
-/// (its retry after a failed trylock must not count twice).
-const COUNTED: u64 = 1;
-
-#[tracepoint]
-pub fn page_fault_user(_ctx: TracePointContext) -> u32 {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    if is_target_tgid((pid_tgid >> 32) as u32) && armed() {
-        add_to(&FAULT_COUNTS, FAULTS_USER, 1);
-        let now = unsafe { bpf_ktime_get_ns() } & !COUNTED;
-        let tid = pid_tgid as u32;
-        // Every fault of the target passes here: overwrite in place, since an LRU insert
-        // allocates a new element each time.
-        match RECENT_FAULT.get_ptr_mut(&tid) {
-            Some(seen) => unsafe { *seen = now },
-            None => {
-                let _ = RECENT_FAULT.insert(&tid, &now, 0);
-            }
-        }
-    }
-    0
-}
 
 #[tracepoint]
 pub fn mm_filemap_fault(_ctx: TracePointContext) -> u32 {
@@ -52,27 +31,27 @@ pub fn mm_filemap_fault(_ctx: TracePointContext) -> u32 {
     0
 }
 
-/// True when a lock attempt starting now serves the thread's user page fault: one began less
-/// than FAULT_LOCK_WINDOW_NS ago and no mm syscall is in progress. Counts each such fault once.
+/// True when the target thread locking now does so for a user page fault: it entered the
+/// kernel through an exception, not a syscall.
 #[inline(always)]
 pub fn explains_lock(locker: &Locker) -> bool {
-    if locker.outside_pid != 0 {
+    let cfg = config();
+    if locker.outside_pid != 0 || cfg.user_regs_known == 0 {
         return false;
     }
-    let Some(seen) = RECENT_FAULT.get_ptr_mut(&locker.tid) else {
+    let task = unsafe { bpf_get_current_task() } as *const u8;
+    let stack_field = task.wrapping_add(cfg.task_stack_offset as usize) as *const u64;
+    let Ok(stack) = (unsafe { bpf_probe_read_kernel(stack_field) }) else {
         return false;
     };
-    let seen = unsafe { &mut *seen };
-    let now = unsafe { bpf_ktime_get_ns() };
-    if *seen == 0 || now.wrapping_sub(*seen & !COUNTED) > FAULT_LOCK_WINDOW_NS {
-        return false;
-    }
-    if unsafe { SYSCALLS_ACTIVE.get(&locker.tid) }.is_some_and(|s| s.enter_ns != 0) {
-        return false;
-    }
-    if *seen & COUNTED == 0 {
-        *seen |= COUNTED;
-        add_to(&FAULT_COUNTS, FAULTS_TOOK_MMAP_LOCK, 1);
-    }
-    true
+    let regs = stack + cfg.thread_size as u64 - cfg.pt_regs_size as u64;
+    let orig_ax = (regs + cfg.pt_regs_orig_ax as u64) as *const i64;
+    unsafe { bpf_probe_read_kernel(orig_ax) }.is_ok_and(|nr| nr == -1)
+}
+
+/// Counts one lock operation begun for a fault (a fault retried after dropping the lock, to
+/// wait for I/O, counts again: it takes the lock again).
+#[inline(always)]
+pub fn count_fault_lock() {
+    add_to(&FAULT_COUNTS, FAULTS_TOOK_MMAP_LOCK, 1);
 }

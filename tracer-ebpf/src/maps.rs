@@ -93,10 +93,6 @@ pub static SYSCALLS_ACTIVE: LruHashMap<u32, SyscallState> = LruHashMap::with_max
 pub static SYSCALL_TOTALS: PerCpuArray<SyscallTotals> =
     PerCpuArray::with_max_entries(MM_SYSCALLS.len() as u32, 0);
 
-/// When each target thread last took a user page fault (tid -> ns).
-#[map]
-pub static RECENT_FAULT: LruHashMap<u32, u64> = LruHashMap::with_max_entries(16384, 0);
-
 #[map]
 pub static FAULT_COUNTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(FAULT_SLOTS, 0);
 

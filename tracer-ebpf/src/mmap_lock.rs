@@ -102,6 +102,9 @@ fn on_lock_event(ctx: &TracePointContext, hook: Hook) -> Result<(), i64> {
     if is_start && st.wait_start_ns == now {
         // A new wait (not the fault path's lock after its failed trylock): note its holders.
         st.fault = faulting as u8;
+        if faulting {
+            faults::count_fault_lock();
+        }
         st.blockers = blockers::begin_wait(mm, locker.tid, st.wait_mode == MODE_WRITE);
         // Queued behind a holder, this wait will most likely cross the stack threshold; and a
         // hold whose predecessor for the same cause did will likely do so again. Walk the

@@ -9,7 +9,7 @@ use aya_ebpf::{
 use tracer_common::{Effects, SyscallState, MM_SYSCALLS};
 
 use crate::{
-    maps::{armed, config, RECENT_FAULT, SYSCALLS_ACTIVE, SYSCALL_TOTALS},
+    maps::{armed, config, SYSCALLS_ACTIVE, SYSCALL_TOTALS},
     target::{is_target_tgid, Locker},
 };
 
@@ -46,10 +46,6 @@ fn try_enter(ctx: &TracePointContext) -> Result<(), i64> {
         lock_wait_ns: 0,
         lock_hold_ns: 0,
     };
-    // A lock taken inside this syscall is the syscall's, not a recent fault's.
-    if let Some(seen) = RECENT_FAULT.get_ptr_mut(&tid) {
-        unsafe { *seen = 0 };
-    }
     // Overwrite in place when the thread has an entry: an LRU insert allocates each time.
     match SYSCALLS_ACTIVE.get_ptr_mut(&tid) {
         Some(active) => unsafe { *active = state },

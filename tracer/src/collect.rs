@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
 use tokio::signal::unix::{signal, SignalKind};
+use tracer_common::FAULTS_USER;
 
 use crate::model::unwound::{PendingCopies, StackRecord, Unwound};
 use crate::model::{build_report, delta, Harvest, LiveSnapshot, Report, TraceMeta};
@@ -41,9 +42,32 @@ pub struct Watch {
     /// Copies waiting for the events that use them.
     pub pending_copies: PendingCopies,
     unwinder: StackUnwinder,
+    /// Per target: (faults at the first look, faults at the last look), from /proc.
+    faults: HashMap<u32, (u64, u64)>,
 }
 
 impl Watch {
+    /// Notes the targets' page fault counts now (the kernel does not count them: a program on
+    /// every fault cost more than all the lock programs together).
+    fn sample_faults(&mut self, pids: &[u32]) {
+        for &pid in pids {
+            if let Some(now) = procfs::faults_taken(pid) {
+                self.faults.entry(pid).or_insert((now, now)).1 = now;
+            }
+        }
+    }
+
+    /// The targets' page faults since tracing began (as of their last look, for those gone).
+    pub fn faults_taken(&self) -> u64 {
+        self.faults.values().map(|(first, last)| last - first).sum()
+    }
+
+    /// Adds what user space knows to a harvest: unwound stacks and the fault total.
+    pub fn complete(&self, harvest: &mut Harvest) {
+        self.unwound.apply_to(harvest);
+        harvest.faults[FAULTS_USER as usize] = self.faults_taken();
+    }
+
     /// Pairs the kernel's stack copies with the events that use them and unwinds each copy
     /// (once) against the mappings seen, re-reading a process's mappings once when a copy's ip
     /// lies outside them (a library loaded since the last look).
@@ -125,6 +149,7 @@ pub async fn watch_until_done(
         watch.max_threads = watch.max_threads.max(threads);
         watch.thread_time_ns += threads as u64 * now.duration_since(last_sample).as_nanos() as u64;
         watch.elapsed = start.elapsed();
+        watch.sample_faults(pids);
         last_sample = now;
         if last_mappings.is_none_or(|t| now.duration_since(t) >= MAPPINGS_EVERY) {
             for &pid in pids {
@@ -213,7 +238,7 @@ impl Windows {
         per_thread: bool,
     ) -> Result<LiveSnapshot> {
         let mut harvest = probes.snapshot()?;
-        watch.unwound.apply_to(&mut harvest);
+        watch.complete(&mut harvest);
         self.symbolizer.forget_unresolved();
         self.symbolizer.add(&harvest, &watch.mappings);
         let now = Mark {

@@ -227,7 +227,7 @@ fn finish(
     watch.unwind(records);
     log_copy_use(&watch.pending_copies.stats, watch.unwound.events());
     let mut harvest = probes.harvest()?;
-    watch.unwound.apply_to(&mut harvest);
+    watch.complete(&mut harvest);
     log::info!(
         "harvested {} entries, {} timeline events in {:?}",
         harvest.entries.len(),

@@ -113,7 +113,8 @@ pub fn holder_stack_owner(key: &BlockKey) -> u32 {
 pub struct Features {
     /// lock:contention_begin/end: the sleeping part of waits.
     pub contention: bool,
-    /// exceptions:page_fault_user: fault counts and fault causes.
+    /// Fault causes (lock operations begun from a user page fault, told by the saved user
+    /// registers) and filemap faults under the lock.
     pub faults: bool,
     /// syscalls:sys_{enter,exit}_*: per-syscall totals and syscall causes.
     pub syscalls: bool,

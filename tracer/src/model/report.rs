@@ -227,9 +227,10 @@ pub struct OffCpuSplit {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Faults {
-    /// User page faults of the targets.
+    /// User page faults of the targets (minor and major, from /proc/PID/stat).
     pub total: u64,
-    /// Of those, faults whose handler took mmap_lock (fell back from the per-VMA lock).
+    /// Lock operations begun by user page faults (that fell back from the per-VMA lock); a
+    /// fault retried after dropping the lock for I/O counts once per attempt.
     pub took_mmap_lock: u64,
     pub filemap: u64,
     /// filemap faults while the faulting thread held the target's mmap_lock.

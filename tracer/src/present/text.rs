@@ -72,8 +72,8 @@ fn faults_and_syscalls(out: &mut String, r: &Report) {
         let f = &r.faults;
         let _ = writeln!(
             out,
-            "\nPage faults: {} by the target, {} took mmap_lock (fell back from the per-VMA lock); \
-             {} filemap faults, {} of them under mmap_lock",
+            "\nPage faults: {} by the target; mmap_lock taken {} times by faults that fell back \
+             from the per-VMA lock; {} filemap faults, {} of them under mmap_lock",
             f.total, f.took_mmap_lock, f.filemap, f.filemap_under_mmap_lock
         );
     }
@@ -401,7 +401,7 @@ mod tests {
         let (harvest, symbols, meta) = attributed();
         let text = render(&build_report(&harvest, &symbols, &meta), 10);
         for line in [
-            "Page faults: 1000 by the target, 3 took mmap_lock (fell back from the per-VMA lock); 10 filemap faults, 1 of them under mmap_lock",
+            "Page faults: 1000 by the target; mmap_lock taken 3 times by faults that fell back from the per-VMA lock; 10 filemap faults, 1 of them under mmap_lock",
             "munmap            2   50.00 ms   25.00 ms      8.00 ms     40.00 ms",
             "--> waited behind: 75% (750.0 µs) a write hold [munmap], tid 7",
             "      === /usr/bin/app (munmap)",

@@ -1,14 +1,19 @@
-//! Attaching the fault family (faults taken, faults that fell back to mmap_lock, filemap
-//! faults under it).
+//! Attaching the fault family. Lock operations serving user page faults are recognised by the
+//! mmap_lock programs themselves (from the saved user registers), so the family needs no
+//! program on every fault; mm_filemap_fault adds the filemap faults taken under mmap_lock.
 
 use anyhow::Result;
 use aya::Ebpf;
 
-use crate::system::tracefs::{Tracefs, FILEMAP_FAULT, PAGE_FAULT_USER};
+use crate::system::tracefs::{Tracefs, FILEMAP_FAULT};
 
-pub fn attach(ebpf: &mut Ebpf, tracefs: &Tracefs) -> Result<bool> {
-    let user = super::attach_tracepoints(ebpf, tracefs, "page_fault_user", &[PAGE_FAULT_USER])?;
+/// Whether fault attribution is available: it needs the saved-register offsets from BTF.
+pub fn attach(ebpf: &mut Ebpf, tracefs: &Tracefs, user_regs_known: bool) -> Result<bool> {
+    if !user_regs_known {
+        log::warn!("kernel BTF lacks task_struct.stack or struct pt_regs: no fault attribution");
+        return Ok(false);
+    }
     // filemap faults are extra detail: their absence does not disable fault attribution.
     super::attach_tracepoints(ebpf, tracefs, "mm_filemap_fault", &[FILEMAP_FAULT])?;
-    Ok(user)
+    Ok(true)
 }

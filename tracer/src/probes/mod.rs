@@ -11,7 +11,7 @@ mod user_stacks;
 
 use std::collections::{HashMap, HashSet};
 
-use anyhow::{anyhow, Context as _, Result};
+use anyhow::{anyhow, bail, Context as _, Result};
 use aya::{
     maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap, StackTraceMap},
     programs::TracePoint,
@@ -132,7 +132,8 @@ impl Probes {
             timeline_threshold_ns: settings.timeline_threshold_ns,
             ..Config::ZERO
         };
-        let copies_on = configure_stack_copies(settings, offsets, &mut config)?;
+        configure_user_regs(offsets, &mut config);
+        let copies_on = configure_stack_copies(settings, &mut config)?;
         contention::configure(tracefs, &mut config)?;
         syscalls::configure(tracefs, &mut config)?;
         let timeline_on = settings.timeline_threshold_ns > 0;
@@ -172,7 +173,7 @@ impl Probes {
         mmap_lock::attach(&mut ebpf)?;
         let features = Features {
             contention: contention::attach(&mut ebpf, tracefs)?,
-            faults: faults::attach(&mut ebpf, tracefs)?,
+            faults: faults::attach(&mut ebpf, tracefs, config.user_regs_known != 0)?,
             syscalls: syscalls::attach(&mut ebpf, tracefs)?,
             offcpu: sched::attach(&mut ebpf)?,
         };
@@ -257,28 +258,34 @@ impl Probes {
     }
 }
 
-/// Fills the stack-copy part of `config`; false when no copies are asked for. Fails when they
-/// are asked for and the kernel's BTF lacks the saved-register offsets.
-fn configure_stack_copies(
-    settings: &ProbeSettings,
-    offsets: &KernelOffsets,
-    config: &mut Config,
-) -> Result<bool> {
-    let Some(copies) = &settings.stack_copies else {
-        return Ok(false);
+/// Fills where the saved user registers are (fault attribution and stack copies read them),
+/// when the kernel's BTF has them.
+fn configure_user_regs(offsets: &KernelOffsets, config: &mut Config) {
+    let Some(regs) = offsets.user_regs else {
+        return;
     };
-    let regs = offsets
-        .user_regs
-        .ok_or_else(|| anyhow!("kernel BTF lacks task_struct.stack or struct pt_regs"))?;
-    config.user_stack_bytes = copies.bytes.clamp(1, tracer_common::USER_STACK_MAX as u32);
-    config.user_stack_threshold_ns = copies.threshold_ns;
-    config.user_stack_sample = copies.sample;
     config.task_stack_offset = regs.task_stack;
     config.thread_size = THREAD_SIZE;
     config.pt_regs_size = regs.pt_regs_size;
     config.pt_regs_ip = regs.ip;
     config.pt_regs_sp = regs.sp;
     config.pt_regs_bp = regs.bp;
+    config.pt_regs_orig_ax = regs.orig_ax;
+    config.user_regs_known = 1;
+}
+
+/// Fills the stack-copy part of `config`; false when no copies are asked for. Fails when they
+/// are asked for and the kernel's BTF lacks the saved-register offsets.
+fn configure_stack_copies(settings: &ProbeSettings, config: &mut Config) -> Result<bool> {
+    let Some(copies) = &settings.stack_copies else {
+        return Ok(false);
+    };
+    if config.user_regs_known == 0 {
+        bail!("kernel BTF lacks task_struct.stack or struct pt_regs");
+    }
+    config.user_stack_bytes = copies.bytes.clamp(1, tracer_common::USER_STACK_MAX as u32);
+    config.user_stack_threshold_ns = copies.threshold_ns;
+    config.user_stack_sample = copies.sample;
     Ok(true)
 }
 

@@ -15,8 +15,8 @@ pub struct KernelOffsets {
     pub task_flags: u32,
     pub mm_mmap_lock: u32,
     /// Where a task's saved user registers are: `task_struct.stack` (its kernel stack), and
-    /// `struct pt_regs` (size; ip, sp, bp members). None when the kernel's BTF lacks them (the
-    /// copy of user stacks for unwinding is then unavailable).
+    /// `struct pt_regs` (size; ip, sp, bp, orig_ax members). None when the kernel's BTF lacks
+    /// them (the copy of user stacks for unwinding and fault attribution are then unavailable).
     pub user_regs: Option<UserRegsOffsets>,
 }
 
@@ -27,6 +27,8 @@ pub struct UserRegsOffsets {
     pub ip: u32,
     pub sp: u32,
     pub bp: u32,
+    /// The syscall number on syscall entry, -1 on exception entry (a page fault).
+    pub orig_ax: u32,
 }
 
 impl UserRegsOffsets {
@@ -37,6 +39,7 @@ impl UserRegsOffsets {
             ip: byte_offset(btf, "pt_regs", &["ip"])?,
             sp: byte_offset(btf, "pt_regs", &["sp"])?,
             bp: byte_offset(btf, "pt_regs", &["bp"])?,
+            orig_ax: byte_offset(btf, "pt_regs", &["orig_ax"])?,
         })
     }
 }
@@ -142,11 +145,12 @@ mod tests {
         assert_eq!(offsets.task_pending_signal % 8, 0);
         assert_ne!(offsets.task_mm, offsets.task_pending_signal);
         assert!(offsets.mm_mmap_lock > 0 && offsets.mm_mmap_lock.is_multiple_of(8));
-        // x86_64's pt_regs: 21 registers of 8 bytes, bp the 5th, ip the 17th, sp the 20th.
+        // x86_64's pt_regs: 21 registers of 8 bytes, bp the 5th, orig_ax the 16th, ip the 17th,
+        // sp the 20th.
         let regs = offsets.user_regs.expect("pt_regs in BTF");
         assert_eq!(
-            (regs.pt_regs_size, regs.bp, regs.ip, regs.sp),
-            (168, 32, 128, 152)
+            (regs.pt_regs_size, regs.bp, regs.orig_ax, regs.ip, regs.sp),
+            (168, 32, 120, 128, 152)
         );
         assert_eq!(regs.task_stack % 8, 0);
     }

@@ -36,6 +36,21 @@ pub fn is_alive(pid: u32) -> bool {
     }
 }
 
+/// Page faults the process has taken so far, minor and major, its exited threads included
+/// (fields 10 and 12 of /proc/PID/stat).
+pub fn faults_taken(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat_faults(&stat)
+}
+
+fn stat_faults(stat: &str) -> Option<u64> {
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    // Field 3 (state) is fields[0]: minflt (10) is fields[7], majflt (12) fields[9].
+    let minor: u64 = fields.get(7)?.parse().ok()?;
+    let major: u64 = fields.get(9)?.parse().ok()?;
+    Some(minor + major)
+}
+
 /// The state letter of /proc/PID/stat: after the last ')' (comm may contain spaces and parens).
 fn stat_state(stat: &str) -> Option<char> {
     stat.rsplit_once(')')?.1.trim_start().chars().next()
@@ -165,6 +180,13 @@ mod tests {
         assert!(h.find(0x7f10ab1bd000).is_none(), "end is exclusive");
         assert!(h.find(0x7f10aa000100).is_none(), "anonymous mapping");
         assert!(h.find(1).is_none());
+    }
+
+    #[test]
+    fn stat_faults_adds_minor_and_major() {
+        let stat = "42 (a) b) c) S 1 42 42 0 -1 4194560 1234 7 5 0 9 3 0 0 20 0 3 0 100";
+        assert_eq!(stat_faults(stat), Some(1239));
+        assert_eq!(stat_faults("42 (a) S 1 2"), None);
     }
 
     #[test]

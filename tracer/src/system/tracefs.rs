@@ -52,11 +52,6 @@ pub const CONTENTION_END: Needed = Needed {
     name: "contention_end",
     since: "5.19",
 };
-pub const PAGE_FAULT_USER: Needed = Needed {
-    category: "exceptions",
-    name: "page_fault_user",
-    since: "4.15 (x86)",
-};
 pub const FILEMAP_FAULT: Needed = Needed {
     category: "filemap",
     name: "mm_filemap_fault",
