@@ -356,7 +356,9 @@ pub struct Config {
     pub per_thread: u32,
     /// Non-zero: take user stacks too.
     pub user_stacks: u32,
-    pub _pad: u32,
+    /// Non-zero: trace every user process's mm (`-a`), learning each mm's owner as it locks
+    /// its own mm, instead of the targets' only.
+    pub system_wide: u32,
     /// Waits and holds at least this long are also sent to the timeline ring buffer; 0 turns
     /// the timeline off (the default, so the hot path pays nothing for it).
     pub timeline_threshold_ns: u64,
@@ -402,7 +404,7 @@ impl Config {
         tracer_tgid: 0,
         per_thread: 0,
         user_stacks: 0,
-        _pad: 0,
+        system_wide: 0,
         timeline_threshold_ns: 0,
         user_stack_threshold_ns: 0,
         user_stack_bytes: 0,
@@ -708,6 +710,20 @@ mod tests {
         // 2 x u64 + 5 x 32-bit + 2 x u8 + 2 pad bytes: the kernel and user space agree on it.
         assert_eq!(core::mem::size_of::<TimelineEvent>(), 48);
         assert_eq!(core::mem::align_of::<TimelineEvent>(), 8);
+    }
+
+    #[test]
+    fn config_has_no_implicit_padding() {
+        // 3 x TracepointFields (16) + 8 x u32 + 6 x i32 + u64 + 4 x u32 + 2 x u64 + 10 x u32:
+        // every field is explicit, so the kernel and user space read the same bytes.
+        assert_eq!(
+            core::mem::size_of::<Config>(),
+            48 + 32 + 24 + 8 + 16 + 16 + 40
+        );
+        assert_eq!(core::mem::align_of::<Config>(), 8);
+        assert_eq!(core::mem::offset_of!(Config, stack_threshold_ns), 104);
+        assert_eq!(core::mem::offset_of!(Config, system_wide), 124);
+        assert_eq!(core::mem::offset_of!(Config, timeline_threshold_ns), 128);
     }
 
     #[test]

@@ -24,7 +24,8 @@ pub fn config() -> Config {
 #[map]
 pub static TARGET_TGIDS: HashMap<u32, u32> = HashMap::with_max_entries(64, 0);
 
-/// mm_struct address -> the target tgid that owns it. Filled by the programs themselves.
+/// mm_struct address -> the target tgid that owns it. Filled by the programs themselves;
+/// enlarged by user space in system-wide mode (one entry per process that locks its mm).
 #[map]
 pub static TARGET_MMS: HashMap<u64, u32> = HashMap::with_max_entries(256, 0);
 
@@ -32,7 +33,8 @@ pub static TARGET_MMS: HashMap<u64, u32> = HashMap::with_max_entries(256, 0);
 #[map]
 pub static DISCOVER: Array<u32> = Array::with_max_entries(1, 0);
 
-/// Comm of outside lockers (tgid -> comm), so the report can name a reader that already exited.
+/// Comm of outside lockers, and of every process in system-wide mode (tgid -> comm), so the
+/// report can name a process that already exited. Enlarged by user space in system-wide mode.
 #[map]
 pub static LOCKER_COMMS: HashMap<u32, [u8; 16]> = HashMap::with_max_entries(1024, 0);
 
@@ -63,7 +65,8 @@ pub const FULL_AGG: u32 = 0;
 pub const FULL_BLOCKED: u32 = 1;
 pub const FULL_SLEEPS: u32 = 2;
 
-/// Current holders of each target mm's lock (blocker attribution).
+/// Current holders of each target mm's lock (blocker attribution). Enlarged by user space in
+/// system-wide mode, like TARGET_MMS.
 #[map]
 pub static HOLDERS: HashMap<u64, Holders> = HashMap::with_max_entries(256, 0);
 

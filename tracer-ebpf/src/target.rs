@@ -18,56 +18,85 @@ pub struct Locker {
 }
 
 /// Returns the locker when `mm` belongs to a target, learning target mms on the way: a target's
-/// thread locking its own mm, or the tracer locking a target's mm on purpose (discovery).
+/// thread locking its own mm, or the tracer locking a target's mm on purpose (discovery). In
+/// system-wide mode every user process is a target, registered by its first lock of its own mm.
 #[inline(always)]
 pub fn classify(mm: u64) -> Option<Locker> {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     let tid = pid_tgid as u32;
     let cfg = config();
+    if tgid == cfg.tracer_tgid {
+        // The tracer's own locks (reading /proc of the targets) are never traced.
+        discover(mm, cfg.task_mm_offset);
+        return None;
+    }
+    let system_wide = cfg.system_wide != 0;
     if let Some(owner) = unsafe { TARGET_MMS.get(&mm) } {
-        if tgid == cfg.tracer_tgid {
+        let owner = *owner;
+        if tgid == owner {
+            return Some(own_lock(tgid, tid));
+        }
+        if owns_as_user_process(mm, &cfg) {
+            // The owner exited and its mm_struct was freed and reused by this process: a real
+            // outside locker locks someone else's mm. The new owner takes the entry over when
+            // it is traced itself; otherwise the stale registration is forgotten.
+            if system_wide || is_listed_target(tgid) {
+                register(mm, tgid, system_wide);
+                return Some(own_lock(tgid, tid));
+            }
+            let _ = TARGET_MMS.remove(&mm);
             return None;
         }
-        let owner = *owner;
-        let outside_pid = if tgid == owner { 0 } else { tgid };
-        if outside_pid != 0 {
-            if owns_as_user_process(mm, &cfg) {
-                // The target exited and its mm_struct was freed and reused by this process: a
-                // real outside locker locks someone else's mm. Forget the stale registration.
-                let _ = TARGET_MMS.remove(&mm);
-                return None;
-            }
-            remember_comm(outside_pid);
-        }
+        // Another process, or a kernel thread (khugepaged, kthread_use_mm users).
+        remember_comm(tgid);
         return Some(Locker {
             pid: owner,
             tid,
-            outside_pid,
+            outside_pid: tgid,
         });
     }
-    if unsafe { TARGET_TGIDS.get(&tgid) }.is_some() {
+    if is_listed_target(tgid) {
         // A target thread may lock another process's mm (reading its /proc files): only its own
         // mm is a target mm.
         if current_mm(cfg.task_mm_offset) == mm {
-            register(mm, tgid);
-            return Some(Locker {
-                pid: tgid,
-                tid,
-                outside_pid: 0,
-            });
+            register(mm, tgid, false);
+            return Some(own_lock(tgid, tid));
         }
         return None;
     }
-    if tgid == cfg.tracer_tgid {
-        discover(mm, cfg.task_mm_offset);
+    // System-wide, a user process locking its own mm registers it. Anyone else locking an mm
+    // not known yet (a kernel thread, a /proc reader) is skipped: whose mm it is is not known.
+    if system_wide && owns_as_user_process(mm, &cfg) {
+        register(mm, tgid, true);
+        return Some(own_lock(tgid, tid));
     }
     None
 }
 
-/// True for a target process's threads.
+#[inline(always)]
+fn own_lock(tgid: u32, tid: u32) -> Locker {
+    Locker {
+        pid: tgid,
+        tid,
+        outside_pid: 0,
+    }
+}
+
+/// True for a target process's threads: every process but the tracer in system-wide mode (for
+/// the syscall and fault families: kernel threads take neither).
 #[inline(always)]
 pub fn is_target_tgid(tgid: u32) -> bool {
+    let cfg = config();
+    if cfg.system_wide != 0 {
+        return tgid != cfg.tracer_tgid;
+    }
+    is_listed_target(tgid)
+}
+
+/// True for the threads of a process given with -p (or launched).
+#[inline(always)]
+fn is_listed_target(tgid: u32) -> bool {
     unsafe { TARGET_TGIDS.get(&tgid) }.is_some()
 }
 
@@ -78,14 +107,22 @@ fn discover(mm: u64, task_mm_offset: u32) {
     let Some(pid) = DISCOVER.get(0) else { return };
     let pid = *pid;
     if pid != 0 && current_mm(task_mm_offset) != mm {
-        register(mm, pid);
+        register(mm, pid, false);
     }
 }
 
+/// Records `pid` as the owner of `mm` (replacing a stale owner). With `name`, also records the
+/// process's name, so that the report names a process that exited before the end of the trace
+/// (overwriting: after an exec, the new mm brings the new name).
 #[inline(always)]
-fn register(mm: u64, pid: u32) {
+fn register(mm: u64, pid: u32, name: bool) {
     if TARGET_MMS.insert(&mm, &pid, 0).is_err() {
         count(Counter::TargetMapFull);
+    }
+    if name {
+        if let Ok(comm) = bpf_get_current_comm() {
+            let _ = LOCKER_COMMS.insert(&pid, &comm, 0);
+        }
     }
 }
 

@@ -58,18 +58,23 @@ pub struct Cli {
         short,
         long,
         value_delimiter = ',',
-        required_unless_present = "command",
+        required_unless_present_any = ["command", "all"],
         conflicts_with = "command",
         value_name = "PID[,PID...]"
     )]
     pub pid: Vec<u32>,
+
+    /// Instead of -p: trace every user process's mmap_lock, with a per-process split (until
+    /// -d, Ctrl-C, SIGTERM or SIGHUP).
+    #[arg(short = 'a', long = "all", conflicts_with_all = ["pid", "command"])]
+    pub all: bool,
 
     /// Instead of -p: run this command, traced from its first instruction, and exit with its
     /// status (`mmapsem-trace -- make -j8`).
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
 
-    /// Stop after this many seconds (default: until Ctrl-C, SIGTERM or the target exits).
+    /// Stop after this many seconds (default: until Ctrl-C, SIGTERM or the targets exit).
     #[arg(short, long, value_name = "SECS")]
     pub duration: Option<f64>,
 
@@ -217,6 +222,21 @@ impl Cli {
     }
 }
 
+/// A clap usage error on one line: its message and tips without the usage block, then a
+/// pointer to --help.
+pub fn one_line(err: &clap::Error) -> String {
+    let text = err.to_string();
+    let message = text.split("\nUsage:").next().unwrap_or(&text);
+    let parts: Vec<&str> = message
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .collect();
+    let joined = parts.join(" ");
+    let joined = joined.strip_prefix("error: ").unwrap_or(&joined);
+    format!("{joined} (see --help)")
+}
+
 fn parse_interval(text: &str) -> Result<Duration> {
     let seconds: f64 = text
         .trim()
@@ -278,6 +298,27 @@ mod tests {
             "-p is required"
         );
         assert!(Cli::try_parse_from(["mmapsem-trace", "-p", "x"]).is_err());
+    }
+
+    #[test]
+    fn all_replaces_pids_and_commands() {
+        let cli = Cli::try_parse_from(["mmapsem-trace", "-a", "-d", "3"]).unwrap();
+        assert!(cli.all && cli.pid.is_empty() && cli.command.is_empty());
+        assert!(Cli::try_parse_from(["mmapsem-trace", "--all"]).unwrap().all);
+        assert!(Cli::try_parse_from(["mmapsem-trace", "-a", "-p", "1"]).is_err());
+        assert!(Cli::try_parse_from(["mmapsem-trace", "-a", "--", "true"]).is_err());
+    }
+
+    #[test]
+    fn usage_errors_fit_on_one_line() {
+        let err = Cli::try_parse_from(["mmapsem-trace", "-a", "-p", "1"]).unwrap_err();
+        let line = one_line(&err);
+        assert!(!line.contains('\n'), "{line}");
+        assert!(line.contains("'--all' cannot be used with"), "{line}");
+        let err = Cli::try_parse_from(["mmapsem-trace"]).unwrap_err();
+        let line = one_line(&err);
+        assert!(line.contains("--pid"), "names the missing argument: {line}");
+        assert!(!line.contains("Usage"), "{line}");
     }
 
     #[test]

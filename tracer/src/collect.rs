@@ -37,6 +37,11 @@ pub struct Watch {
     pub thread_time_ns: u64,
     pub mappings: HashMap<u32, MappingHistory>,
     pub thread_names: HashMap<u32, String>,
+    /// The processes watched at the last look: the targets, or system-wide every process
+    /// registered so far.
+    pub pids: Vec<u32>,
+    /// Process names (comm) as /proc gave them when first seen.
+    pub process_names: HashMap<u32, String>,
     /// User stacks unwound from the kernel's copies so far (`--user-stack dwarf`).
     pub unwound: Unwound,
     /// Copies waiting for the events that use them.
@@ -49,8 +54,8 @@ pub struct Watch {
 impl Watch {
     /// Notes the targets' page fault counts now (the kernel does not count them: a program on
     /// every fault cost more than all the lock programs together).
-    fn sample_faults(&mut self, pids: &[u32]) {
-        for &pid in pids {
+    fn sample_faults(&mut self) {
+        for &pid in &self.pids {
             if let Some(now) = procfs::faults_taken(pid) {
                 self.faults.entry(pid).or_insert((now, now)).1 = now;
             }
@@ -121,11 +126,34 @@ impl Sink for NoSink {
     }
 }
 
+/// What is traced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Targets {
+    /// These processes (-p, or a launched command); the trace ends when all have exited.
+    Pids(Vec<u32>),
+    /// Every user process (-a), as the programs register them.
+    SystemWide,
+}
+
+impl Targets {
+    /// The pids given on the command line (none system-wide).
+    pub fn listed(&self) -> &[u32] {
+        match self {
+            Targets::Pids(pids) => pids,
+            Targets::SystemWide => &[],
+        }
+    }
+
+    pub fn is_system_wide(&self) -> bool {
+        matches!(self, Targets::SystemWide)
+    }
+}
+
 /// Waits for the end of the trace (duration, Ctrl-C, SIGTERM, SIGHUP, every target gone, or
 /// the sink says stop) while sampling thread counts, mappings and thread names, and draining
 /// the timeline.
 pub async fn watch_until_done(
-    pids: &[u32],
+    targets: &Targets,
     duration: Option<f64>,
     probes: &mut Probes,
     sink: &mut dyn Sink,
@@ -144,27 +172,27 @@ pub async fn watch_until_done(
     let mut last_mappings: Option<Instant> = None;
     loop {
         let now = Instant::now();
-        let threads: usize = pids.iter().map(|&p| procfs::thread_count(p)).sum();
-        watch.threads_now = threads;
-        watch.max_threads = watch.max_threads.max(threads);
-        watch.thread_time_ns += threads as u64 * now.duration_since(last_sample).as_nanos() as u64;
-        watch.elapsed = start.elapsed();
-        watch.sample_faults(pids);
-        last_sample = now;
-        if last_mappings.is_none_or(|t| now.duration_since(t) >= MAPPINGS_EVERY) {
-            for &pid in pids {
-                watch.mappings.entry(pid).or_default().refresh(pid);
-                watch.thread_names.extend(procfs::thread_names(pid));
-            }
+        let refresh = last_mappings.is_none_or(|t| now.duration_since(t) >= MAPPINGS_EVERY);
+        if refresh {
+            watch.look_at_processes(targets, probes);
             last_mappings = Some(now);
         }
+        // System-wide, counting threads means a directory read per process: once a refresh.
+        if refresh || !targets.is_system_wide() {
+            watch.count_threads(now.duration_since(last_sample));
+            watch.sample_faults();
+            last_sample = now;
+        }
+        watch.elapsed = start.elapsed();
         probes.drain_timeline();
         let copies = probes.drain_user_stacks();
         watch.unwind(copies);
-        if !pids.iter().any(|&p| procfs::is_alive(p)) {
-            watch.exited = true;
-            watch.ended_by = "target exited";
-            break;
+        if let Targets::Pids(pids) = targets {
+            if !pids.iter().any(|&p| procfs::is_alive(p)) {
+                watch.exited = true;
+                watch.ended_by = "target exited";
+                break;
+            }
         }
         if deadline.is_some_and(|d| now >= d) {
             watch.ended_by = "duration reached";
@@ -181,8 +209,50 @@ pub async fn watch_until_done(
             _ = hangup.recv() => { watch.ended_by = "SIGHUP"; break }
         }
     }
+    if targets.is_system_wide() {
+        // The time since the last count is thread time too.
+        watch.count_threads(last_sample.elapsed());
+    }
     watch.elapsed = start.elapsed();
     Ok(watch)
+}
+
+impl Watch {
+    /// Re-reads what /proc says of the traced processes. Given targets are re-read every time
+    /// (their mappings change); system-wide, only processes seen for the first time are, since
+    /// reading /proc/PID/maps takes each process's mmap_lock (copies outside known mappings
+    /// and the end of the trace re-read them).
+    fn look_at_processes(&mut self, targets: &Targets, probes: &Probes) {
+        let (pids, only_new) = match targets {
+            Targets::Pids(pids) => (pids.clone(), false),
+            Targets::SystemWide => match probes.registered_pids() {
+                Ok(pids) => (pids, true),
+                Err(err) => {
+                    log::debug!("reading the registered processes: {err:#}");
+                    return;
+                }
+            },
+        };
+        for &pid in &pids {
+            if only_new && self.process_names.contains_key(&pid) {
+                continue;
+            }
+            self.mappings.entry(pid).or_default().refresh(pid);
+            self.thread_names.extend(procfs::thread_names(pid));
+            if let Some(comm) = procfs::comm(pid) {
+                self.process_names.insert(pid, comm);
+            }
+        }
+        self.pids = pids;
+    }
+
+    /// Adds the threads alive now over `since` to the thread time.
+    fn count_threads(&mut self, since: Duration) {
+        let threads: usize = self.pids.iter().map(|&p| procfs::thread_count(p)).sum();
+        self.threads_now = threads;
+        self.max_threads = self.max_threads.max(threads);
+        self.thread_time_ns += threads as u64 * since.as_nanos() as u64;
+    }
 }
 
 /// A cumulative snapshot and the watch figures that go with it.
@@ -196,7 +266,7 @@ struct Mark {
 /// Running windows over the trace: the last interval, and everything since the start or the
 /// last reset. Also symbolizes new stacks as they appear, keeping what it did.
 pub struct Windows {
-    pids: Vec<u32>,
+    targets: Targets,
     comm: String,
     stack_threshold_ns: u64,
     symbolizer: StackSymbolizer,
@@ -206,14 +276,14 @@ pub struct Windows {
 }
 
 impl Windows {
-    pub fn new(pids: &[u32], comm: &str, stack_threshold_ns: u64) -> Self {
+    pub fn new(targets: &Targets, comm: &str, stack_threshold_ns: u64) -> Self {
         let zero = Mark {
             harvest: Harvest::default(),
             thread_time_ns: 0,
             elapsed: Duration::ZERO,
         };
         Self {
-            pids: pids.to_vec(),
+            targets: targets.clone(),
             comm: comm.to_string(),
             stack_threshold_ns,
             symbolizer: StackSymbolizer::new(),
@@ -265,7 +335,9 @@ impl Windows {
             window = delta::without_threads(&window);
         }
         let meta = TraceMeta {
-            pids: self.pids.clone(),
+            pids: self.targets.listed().to_vec(),
+            system_wide: self.targets.is_system_wide(),
+            process_names: watch.process_names.clone(),
             comm: self.comm.clone(),
             max_threads: watch.threads_now,
             duration_ns: now.elapsed.saturating_sub(from.elapsed).as_nanos() as u64,

@@ -128,6 +128,7 @@ impl Outputs {
                 threads: &timeline.threads,
                 threshold_ns: timeline.threshold_ns,
                 dropped: timeline.dropped,
+                lost: &report.lost,
             };
             put(
                 Destination::File(path.clone()),
@@ -150,17 +151,18 @@ impl Outputs {
 }
 
 fn svg_title(report: &Report, weight: Weight) -> SvgTitle {
-    let pids: Vec<String> = report.target.pids.iter().map(u32::to_string).collect();
+    let lost = present::text::nonzero_lost(report);
+    let traced = if report.target.system_wide {
+        report.target.comm.clone()
+    } else {
+        let pids: Vec<String> = report.target.pids.iter().map(u32::to_string).collect();
+        format!("{} (pid {})", report.target.comm, pids.join(","))
+    };
     SvgTitle {
-        title: format!(
-            "mmap_lock {}: {} (pid {})",
-            weight.title(),
-            report.target.comm,
-            pids.join(",")
-        ),
+        title: format!("mmap_lock {}: {traced}", weight.title()),
         subtitle: format!(
             "width = {} ({}), traced {}{}; towers under the root: cause, then read/write; \
-             '--' marks the entry into the kernel",
+             '--' marks the entry into the kernel{}",
             weight.describe(),
             weight.unit(),
             present::human_ns(report.duration_ns),
@@ -168,8 +170,38 @@ fn svg_title(report: &Report, weight: Weight) -> SvgTitle {
                 ", target exited"
             } else {
                 ""
+            },
+            if lost.is_empty() {
+                String::new()
+            } else {
+                format!("; lost: {}", lost.join(", "))
             }
         ),
         unit: weight.unit().to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{build_report, report::tests::sample};
+
+    #[test]
+    fn svg_subtitle_names_nonzero_lost_counters() {
+        let (mut harvest, symbols, meta) = sample();
+        harvest.counters[tracer_common::Counter::AggMapFull as usize].1 = 5;
+        let report = build_report(&harvest, &symbols, &meta);
+        let title = svg_title(&report, Weight::Wait);
+        assert_eq!(title.title, "mmap_lock waits: app (pid 42)");
+        assert!(
+            title
+                .subtitle
+                .ends_with("; lost: aggregation_map_full=5, unpaired_release=2"),
+            "{}",
+            title.subtitle
+        );
+        harvest.counters.iter_mut().for_each(|(_, n)| *n = 0);
+        let clean = svg_title(&build_report(&harvest, &symbols, &meta), Weight::Wait);
+        assert!(!clean.subtitle.contains("lost"), "{}", clean.subtitle);
     }
 }

@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::{Context as _, Result};
 
 use crate::cli::{Cli, UserStackArg, View};
-use crate::collect::{watch_until_done, NoSink, Watch, Windows};
+use crate::collect::{watch_until_done, NoSink, Targets, Watch, Windows};
 use crate::exports::{Outputs, TimelineData};
 use crate::intervals::IntervalPrinter;
 use crate::launch::Launched;
@@ -39,6 +39,11 @@ pub fn run(mut cli: Cli) -> Result<i32> {
     for &pid in &cli.pid {
         procfs::require_process(pid)?;
     }
+    let targets = if cli.all {
+        Targets::SystemWide
+    } else {
+        Targets::Pids(cli.pid.clone())
+    };
     let view = cli.view(std::io::stdout().is_terminal())?;
     let outputs = Outputs::from_cli(&cli, &view);
     outputs.check_writable()?;
@@ -63,6 +68,7 @@ pub fn run(mut cli: Cli) -> Result<i32> {
             0
         },
         stack_copies: stack_copies(&cli, &offsets),
+        system_wide: targets.is_system_wide(),
     };
     let mut probes = Probes::load(&settings, &tracefs, &offsets)?;
     for &pid in &cli.pid {
@@ -77,6 +83,7 @@ pub fn run(mut cli: Cli) -> Result<i32> {
     let comm = match &launched {
         // Still the tracer's copy until it execs: name it after the command.
         Some(launched) => launched.comm(),
+        None if targets.is_system_wide() => SYSTEM_WIDE_COMM.to_string(),
         None => cli
             .pid
             .iter()
@@ -84,13 +91,20 @@ pub fn run(mut cli: Cli) -> Result<i32> {
             .collect::<Vec<_>>()
             .join(","),
     };
+    let what = if targets.is_system_wide() {
+        comm.clone()
+    } else {
+        format!(
+            "pid {} ({comm})",
+            cli.pid
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        )
+    };
     eprintln!(
-        "mmapsem-trace: attached to mmap_lock tracepoints; tracing pid {} ({comm}); {}",
-        cli.pid
-            .iter()
-            .map(u32::to_string)
-            .collect::<Vec<_>>()
-            .join(","),
+        "mmapsem-trace: attached to mmap_lock tracepoints; tracing {what}; {}",
         if matches!(view, View::Live { .. }) {
             "q to stop"
         } else {
@@ -107,11 +121,11 @@ pub fn run(mut cli: Cli) -> Result<i32> {
         .enable_io()
         .build()
         .context("starting the event loop")?;
-    let windows = Windows::new(&cli.pid, &comm, cli.stack_threshold);
+    let windows = Windows::new(&targets, &comm, cli.stack_threshold);
     let (watch, symbolizer) = match view {
         View::Final => {
             let watch = runtime.block_on(watch_until_done(
-                &cli.pid,
+                &targets,
                 cli.duration,
                 &mut probes,
                 &mut NoSink,
@@ -122,7 +136,7 @@ pub fn run(mut cli: Cli) -> Result<i32> {
             let mut printer =
                 IntervalPrinter::new(windows, interval, cli.reset, cli.per_thread, cli.top);
             let watch = runtime.block_on(watch_until_done(
-                &cli.pid,
+                &targets,
                 cli.duration,
                 &mut probes,
                 &mut printer,
@@ -133,7 +147,7 @@ pub fn run(mut cli: Cli) -> Result<i32> {
         View::Live { interval } => {
             let mut view = live::LiveView::start(windows, interval, cli.per_thread)?;
             let watch = runtime.block_on(watch_until_done(
-                &cli.pid,
+                &targets,
                 cli.duration,
                 &mut probes,
                 &mut view,
@@ -149,6 +163,7 @@ pub fn run(mut cli: Cli) -> Result<i32> {
     let ended_by_signal = signal_named(watch.ended_by);
     finish(
         &cli,
+        &targets,
         &outputs,
         probes,
         watch,
@@ -212,6 +227,7 @@ fn log_copy_use(stats: &CopyStats, unwound_events: u64) {
 #[allow(clippy::too_many_arguments)]
 fn finish(
     cli: &Cli,
+    targets: &Targets,
     outputs: &Outputs,
     mut probes: Probes,
     mut watch: Watch,
@@ -241,6 +257,10 @@ fn finish(
         };
     }
     let phase = Instant::now();
+    if targets.is_system_wide() {
+        // Processes are read once when first seen: catch the libraries loaded since.
+        refresh_stack_owners(&harvest, &mut watch);
+    }
     symbolizer.forget_unresolved();
     symbolizer.add(&harvest, &watch.mappings);
     let symbols = symbolizer.into_symbols();
@@ -249,10 +269,9 @@ fn finish(
         symbols.len(),
         phase.elapsed()
     );
+    let process_names = names_now(&harvest, &watch, targets, &comm);
     let mut processes: HashMap<u32, String> = harvest.locker_comms.clone();
-    for &pid in &cli.pid {
-        processes.insert(pid, procfs::comm(pid).unwrap_or_else(|| comm.clone()));
-    }
+    processes.extend(process_names.clone());
     let timeline_data = TimelineData {
         slices: timeline::slices(&harvest.timeline, &symbols, origin_ns),
         processes,
@@ -265,7 +284,9 @@ fn finish(
             .map_or(0, |(_, n)| *n),
     };
     let meta = TraceMeta {
-        pids: cli.pid.clone(),
+        pids: targets.listed().to_vec(),
+        system_wide: targets.is_system_wide(),
+        process_names,
         comm,
         max_threads: watch.max_threads,
         duration_ns: watch.elapsed.as_nanos() as u64,
@@ -279,6 +300,55 @@ fn finish(
         eprintln!("mmapsem-trace: wrote {}", path.display());
     }
     Ok(())
+}
+
+/// What the report calls the target of a system-wide trace.
+const SYSTEM_WIDE_COMM: &str = "all processes";
+
+/// Every process the harvest names (mm owners and outside lockers), named as /proc says now,
+/// else as it said when first seen; the given targets fall back to the name they had at the
+/// start. Processes missing here are named by the kernel's record in the model.
+fn names_now(
+    harvest: &Harvest,
+    watch: &Watch,
+    targets: &Targets,
+    comm: &str,
+) -> HashMap<u32, String> {
+    let mut names = HashMap::new();
+    let pids = harvest
+        .entries
+        .iter()
+        .flat_map(|e| [e.key.pid, e.key.locker_pid])
+        .chain(targets.listed().iter().copied())
+        .filter(|&pid| pid != 0);
+    for pid in pids {
+        if names.contains_key(&pid) {
+            continue;
+        }
+        let known = procfs::comm(pid).or_else(|| watch.process_names.get(&pid).cloned());
+        if let Some(name) = known {
+            names.insert(pid, name);
+        }
+    }
+    for &pid in targets.listed() {
+        names.entry(pid).or_insert_with(|| comm.to_string());
+    }
+    names
+}
+
+/// Re-reads the mappings of every live process whose user stacks the harvest holds.
+fn refresh_stack_owners(harvest: &Harvest, watch: &mut Watch) {
+    let owners: std::collections::HashSet<u32> = harvest
+        .stack_refs()
+        .into_iter()
+        .filter_map(|r| match r {
+            crate::model::StackRef::User { pid, .. } => Some(pid),
+            crate::model::StackRef::Kernel(_) => None,
+        })
+        .collect();
+    for pid in owners {
+        watch.mappings.entry(pid).or_default().refresh(pid);
+    }
 }
 
 /// CLOCK_MONOTONIC now: the clock of bpf_ktime_get_ns, so timeline times can be made relative

@@ -29,6 +29,12 @@ fn no_such_pid() {
 }
 
 #[test]
+fn all_with_pids_is_refused() {
+    let out = run(&["-a", "-p", "1"]);
+    assert_one_line_error(&out, "the argument '--all' cannot be used with '--pid");
+}
+
+#[test]
 fn unwritable_output_is_refused_before_tracing() {
     let me = std::process::id().to_string();
     let out = run(&["-p", &me, "-o", "/nonexistent-mmapsem-dir/report.json"]);

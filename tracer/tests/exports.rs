@@ -74,6 +74,8 @@ fn folded_stacks_parse_like_flamegraph_pl_and_show_both_paths() {
     let folded = &export_run().folded;
     let lines: Vec<(Vec<&str>, u64)> = folded
         .lines()
+        // A `# lost events` line (flamegraph.pl skips it as invalid) when anything was lost.
+        .filter(|l| !l.starts_with('#'))
         .map(|l| flamegraph_pl_parse(l).unwrap_or_else(|| panic!("unparsable line {l:?}")))
         .collect();
     assert!(lines.len() >= 3, "{folded}");
@@ -212,7 +214,10 @@ fn csv_has_a_header_and_one_consistent_row_per_entry() {
     let header = csv_fields(lines.next().unwrap());
     assert_eq!(header[..5], ["kind", "mode", "cause", "count", "total_ns"]);
     let column = |name: &str| header.iter().position(|h| h == name).unwrap();
-    let rows: Vec<Vec<String>> = lines.map(csv_fields).collect();
+    let rows: Vec<Vec<String>> = lines
+        .map(csv_fields)
+        .filter(|row| row[0] != "lost")
+        .collect();
     assert!(rows.len() >= 5, "{csv}");
     for row in &rows {
         assert_eq!(row.len(), header.len(), "{row:?}");
@@ -222,6 +227,76 @@ fn csv_has_a_header_and_one_consistent_row_per_entry() {
         assert!(number("max_ns") <= number("total_ns"));
     }
     assert!(rows.iter().any(|r| r[column("cause")] == "munmap"));
+}
+
+/// A map too small for the run: the aggregation_map_full counter must reach every format.
+#[test]
+fn a_drop_is_counted_in_csv_folded_svg_and_timeline() {
+    if !bpf_available("a_drop_is_counted_in_csv_folded_svg_and_timeline") {
+        return;
+    }
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str| dir.path().join(name).display().to_string();
+    let (result, _) = trace_workload(
+        &["churn", "--threads", "2", "--iterations", "200"],
+        &[
+            "--max-entries",
+            "4",
+            "--stack-threshold",
+            "0",
+            "--per-thread",
+            "--folded",
+            &path("stacks.folded"),
+            "--svg",
+            &path("flame.svg"),
+            "--timeline",
+            &path("timeline.json"),
+            "--format",
+            "csv",
+        ],
+    );
+    let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap();
+    let csv = &result.stdout;
+    let header = csv_fields(csv.lines().next().unwrap());
+    let lost_row = csv
+        .lines()
+        .map(csv_fields)
+        .find(|row| row[0] == "lost" && row[2] == "aggregation_map_full")
+        .unwrap_or_else(|| panic!("no lost row in the CSV:\n{csv}"));
+    assert_eq!(lost_row.len(), header.len());
+    let dropped: u64 = lost_row[3].parse().unwrap();
+    assert!(dropped > 0, "{lost_row:?}");
+    let counted = format!("aggregation_map_full={dropped}");
+
+    let folded = read("stacks.folded");
+    let first = folded.lines().next().unwrap();
+    assert!(
+        first.starts_with("# lost events") && first.contains(&counted),
+        "{first}"
+    );
+    // inferno (the library behind inferno-flamegraph) skips that line and draws the rest.
+    let mut svg = Vec::new();
+    inferno::flamegraph::from_lines(
+        &mut inferno::flamegraph::Options::default(),
+        folded.lines(),
+        &mut svg,
+    )
+    .expect("inferno accepts the folded file with its comment line");
+    assert!(!String::from_utf8(svg).unwrap().contains("lost events"));
+
+    let svg = read("flame.svg");
+    assert!(
+        svg.contains("; lost: ") && svg.contains(&counted),
+        "{svg:.3000}"
+    );
+
+    let timeline: Value = serde_json::from_str(&read("timeline.json")).unwrap();
+    assert_eq!(
+        timeline["otherData"]["lost"]["aggregation_map_full"], dropped,
+        "{}",
+        timeline["otherData"]
+    );
 }
 
 #[test]
@@ -289,9 +364,13 @@ fn sigterm_writes_the_exports_without_following_a_planted_symlink() {
         "the symlink was replaced, not followed"
     );
     assert!(std::fs::read_to_string(&svg).unwrap().contains("</svg>"));
-    assert!(std::fs::read_to_string(&folded)
-        .unwrap()
-        .starts_with("mmapsem-workloa;"));
+    // Stopped mid-run, some events may be unpaired: a `# lost events` line then comes first.
+    let folded = std::fs::read_to_string(&folded).unwrap();
+    let first_stack = folded.lines().find(|l| !l.starts_with('#'));
+    assert!(
+        first_stack.is_some_and(|l| l.starts_with("mmapsem-workloa;")),
+        "{folded}"
+    );
 }
 
 fn is_regular_file(path: &Path) -> bool {

@@ -10,7 +10,10 @@ use ratatui::{
 
 use super::state::{Column, Grouping, KindFilter, Row, ViewState, Window};
 use crate::model::{report::Kind, report::Report, LiveSnapshot};
-use crate::present::{human_ns, text::nonzero_lost};
+use crate::present::{
+    human_ns,
+    text::{nonzero_lost, traced},
+};
 
 const WARNING: Style = Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD);
 const DIM: Style = Style::new().fg(Color::DarkGray);
@@ -46,10 +49,8 @@ fn header_lines(state: &ViewState) -> Vec<Line<'static>> {
             "mmapsem-trace: attached; the first numbers come after one interval",
         )];
     };
-    let target = &s.cumulative.target;
-    let pids: Vec<String> = target.pids.iter().map(u32::to_string).collect();
     let mut first = vec![Span::styled(
-        format!("mmapsem-trace  pid {} ({})", pids.join(","), target.comm),
+        format!("mmapsem-trace  {}", traced(&s.cumulative)),
         Style::new().add_modifier(Modifier::BOLD),
     )];
     first.push(Span::raw(format!(

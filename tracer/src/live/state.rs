@@ -7,10 +7,11 @@ use std::time::Duration;
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use crate::model::{
+    processes::UNKNOWN_COMM,
     report::{cause_rows, Entry, Kind, Mode, Report},
     Cause, LiveSnapshot,
 };
-use crate::present::short_frame;
+use crate::present::{short_frame, text::splits_by_process};
 
 /// What the view asks of the collector.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -365,6 +366,14 @@ fn thread_label(e: &Entry) -> Option<String> {
     })
 }
 
+/// `comm pid` of the process whose mm it is, when the trace covers several processes.
+fn process_label(e: &Entry, report: &Report) -> Option<String> {
+    splits_by_process(report).then(|| {
+        let comm = e.comm.as_deref().unwrap_or(UNKNOWN_COMM);
+        format!("{comm} {}", e.pid)
+    })
+}
+
 /// The frame that names a stack best: the innermost user frame outside the C library and the
 /// Rust standard library (the caller that matters), else the innermost kernel frame.
 fn place(e: &Entry) -> String {
@@ -400,10 +409,11 @@ fn place(e: &Entry) -> String {
 fn stack_row(e: &Entry, report: &Report) -> Row {
     let addrs: Vec<String> = e.frames.iter().map(|f| format!("{:x}", f.addr)).collect();
     let id = format!(
-        "{:?}/{:?}/{:?}/{:?}/{:?}/{}",
+        "{:?}/{:?}/{:?}/{}/{:?}/{:?}/{}",
         e.kind,
         e.mode,
         e.cause,
+        e.pid,
         e.tid,
         e.locker.as_ref().map(|l| l.pid),
         addrs.join(",")
@@ -421,7 +431,10 @@ fn stack_row(e: &Entry, report: &Report) -> Row {
         max_is_upper_bound: e.max_is_upper_bound,
         share: share(e.total_ns, report),
         thread: thread_label(e),
-        place: place(e),
+        place: match process_label(e, report) {
+            Some(process) => format!("{process}: {}", place(e)),
+            None => place(e),
+        },
         detail: stack_parts(e)
             .into_iter()
             .chain([why_lines(e)])
@@ -653,6 +666,18 @@ pub(crate) mod tests {
             (rows[0].share - 0.01).abs() < 1e-9,
             "40 ms of 4 s thread time"
         );
+    }
+
+    #[test]
+    fn system_wide_rows_name_their_process() {
+        let mut snap = snapshot();
+        snap.cumulative.target.system_wide = true;
+        snap.cumulative.target.pids.clear();
+        let mut s = ViewState::new(Duration::from_secs(1), false);
+        s.receive(snap);
+        let rows = s.rows();
+        assert_eq!(rows[0].place, "app 42: munmap");
+        assert!(rows.iter().all(|r| r.place.starts_with("app 42: ")));
     }
 
     #[test]

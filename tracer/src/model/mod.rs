@@ -4,6 +4,7 @@
 pub mod cause;
 pub mod delta;
 pub mod histogram;
+pub mod processes;
 pub mod report;
 pub mod timeline;
 pub mod unwound;

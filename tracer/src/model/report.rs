@@ -10,6 +10,7 @@ use tracer_common::{
     MM_SYSCALLS, MODE_WRITE, NO_STACK,
 };
 
+use super::processes::{process_rows, ProcessRow};
 use super::unwound::UserStackKind;
 use super::{
     cause::{cause_of, Cause},
@@ -73,7 +74,10 @@ impl Mode {
 /// Facts about the trace that the kernel maps do not hold.
 #[derive(Clone, Debug, Default)]
 pub struct TraceMeta {
+    /// The processes given (-p, or a launched command); empty system-wide.
     pub pids: Vec<u32>,
+    /// Every user process was traced (-a).
+    pub system_wide: bool,
     pub comm: String,
     pub max_threads: usize,
     pub duration_ns: u64,
@@ -83,6 +87,9 @@ pub struct TraceMeta {
     pub stack_threshold_ns: u64,
     /// Thread id -> name, for per-thread entries.
     pub thread_names: HashMap<u32, String>,
+    /// Process id -> name (comm) from /proc; processes missing here are named by what the
+    /// kernel recorded (`Harvest::locker_comms`).
+    pub process_names: HashMap<u32, String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -98,6 +105,9 @@ pub struct Report {
     pub totals: Totals,
     /// The outside lockers' part of `totals`.
     pub outside_totals: Totals,
+    /// Per locking process, most waiting first (from the entries: a full aggregation map
+    /// leaves out what `totals` still counts).
+    pub processes: Vec<ProcessRow>,
     pub causes: Vec<CauseRow>,
     pub entries: Vec<Entry>,
     /// Every drop and unpaired-event counter, zero or not.
@@ -112,7 +122,9 @@ pub struct Report {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Target {
+    /// Empty when `system_wide`.
     pub pids: Vec<u32>,
+    pub system_wide: bool,
     pub comm: String,
     pub threads: usize,
     pub exited: bool,
@@ -152,6 +164,8 @@ pub struct Entry {
     pub p99_ns: u64,
     /// The target whose mm was locked.
     pub pid: u32,
+    /// Its name, when known.
+    pub comm: Option<String>,
     /// Set with per-thread aggregation, and always for outside lockers.
     pub tid: Option<u32>,
     pub outside_locker: bool,
@@ -242,12 +256,14 @@ const MAX_TIDS: usize = 8;
 
 pub fn build_report(harvest: &Harvest, symbols: &Symbols, meta: &TraceMeta) -> Report {
     let entries = sorted_entries(harvest, symbols, meta);
+    let processes = process_rows(&entries, |pid| process_name(harvest, meta, pid));
     let totals = totals_of(harvest, &[0, 1, 2, 3]);
     let own_wait_ns: u64 = harvest.totals[..2].iter().map(|t| t.wait_ns).sum();
     Report {
         version: SCHEMA_VERSION,
         target: Target {
             pids: meta.pids.clone(),
+            system_wide: meta.system_wide,
             comm: meta.comm.clone(),
             threads: meta.max_threads,
             exited: meta.exited,
@@ -258,6 +274,7 @@ pub fn build_report(harvest: &Harvest, symbols: &Symbols, meta: &TraceMeta) -> R
         stack_threshold_ns: meta.stack_threshold_ns,
         totals,
         outside_totals: totals_of(harvest, &[2, 3]),
+        processes,
         causes: cause_rows(&entries),
         entries,
         lost: harvest
@@ -279,6 +296,14 @@ pub fn build_report(harvest: &Harvest, symbols: &Symbols, meta: &TraceMeta) -> R
             .collect(),
         features: harvest.features,
     }
+}
+
+/// A process's name from /proc (at harvest time), else as the kernel recorded it.
+fn process_name(harvest: &Harvest, meta: &TraceMeta, pid: u32) -> Option<String> {
+    meta.process_names
+        .get(&pid)
+        .or_else(|| harvest.locker_comms.get(&pid))
+        .cloned()
 }
 
 fn ratio(part: u64, whole: u64) -> f64 {
@@ -428,6 +453,7 @@ impl<'a> Index<'a> {
             p50_ns: percentile(&v.hist, 0.50, v.max_ns),
             p99_ns: percentile(&v.hist, 0.99, v.max_ns),
             pid: k.pid,
+            comm: process_name(self.harvest, self.meta, k.pid),
             tid: (k.tid != 0).then_some(k.tid),
             outside_locker: k.locker_pid != 0,
             locker: self.locker(k.locker_pid),
@@ -728,6 +754,8 @@ pub(crate) mod tests {
             exited: false,
             stack_threshold_ns: 10_000,
             thread_names: HashMap::new(),
+            process_names: HashMap::from([(42, "app".to_string())]),
+            system_wide: false,
         };
         (harvest, symbols, meta)
     }

@@ -1,11 +1,15 @@
 //! CSV for spreadsheets: a header row, then one row per entry (call stack), durations in raw
-//! nanoseconds. Quoting follows RFC 4180.
+//! nanoseconds, then one row per non-zero lost-event counter. Quoting follows RFC 4180.
+//!
+//! The lost rows keep the file one table: `kind` is `lost`, `cause` names the counter and
+//! `count` holds its value; every other column is empty. Filter on `kind` to separate them
+//! (`df[df.kind != "lost"]`).
 
 use std::fmt::Write as _;
 
 use crate::model::report::{Entry, Report};
 
-pub const HEADER: [&str; 26] = [
+pub const HEADER: [&str; 27] = [
     "kind",
     "mode",
     "cause",
@@ -34,7 +38,12 @@ pub const HEADER: [&str; 26] = [
     "sleeping_ns",
     "uninterruptible_ns",
     "blocked_others_wait_ns",
+    // Added after the others, so that readers by position keep working: the name of `pid`.
+    "comm",
 ];
+
+/// `kind` of the rows that carry a lost-event counter.
+pub const LOST_KIND: &str = "lost";
 
 pub fn render(report: &Report) -> String {
     let mut out = String::new();
@@ -42,7 +51,19 @@ pub fn render(report: &Report) -> String {
     for e in &report.entries {
         push_row(&mut out, row(e));
     }
+    for (name, &n) in report.lost.iter().filter(|(_, &n)| n > 0) {
+        push_row(&mut out, lost_row(name, n));
+    }
     out
+}
+
+/// `lost,,<counter>,<n>,,,...`: the counter in `cause`, its value in `count`.
+fn lost_row(name: &str, n: u64) -> impl Iterator<Item = String> {
+    let mut fields = vec![String::new(); HEADER.len()];
+    fields[0] = LOST_KIND.to_string();
+    fields[2] = name.to_string();
+    fields[3] = n.to_string();
+    fields.into_iter()
 }
 
 fn row(e: &Entry) -> impl Iterator<Item = String> {
@@ -90,6 +111,7 @@ fn row(e: &Entry) -> impl Iterator<Item = String> {
         optional_ns(e.offcpu.as_ref().map(|o| o.sleeping_ns)),
         optional_ns(e.offcpu.as_ref().map(|o| o.uninterruptible_ns)),
         optional_ns(e.blocked_others.as_ref().map(|b| b.wait_ns)),
+        e.comm.clone().unwrap_or_default(),
     ]
     .into_iter()
 }
@@ -145,11 +167,15 @@ mod tests {
         let text = render(&report);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], HEADER.join(","));
-        assert_eq!(lines.len(), 1 + report.entries.len());
+        assert_eq!(
+            lines.len(),
+            1 + report.entries.len() + 1,
+            "one lost counter"
+        );
         assert_eq!(
             lines[1],
             "hold,write,munmap,1,40000000,40000000,40000000,40000000,40000000,42,,,false,,,true,fp,\
-             munmap <- scan_file <- __vm_munmap <- do_syscall_64,,,,40000000,0,0,0,0"
+             munmap <- scan_file <- __vm_munmap <- do_syscall_64,,,,40000000,0,0,0,0,app"
         );
         assert!(
             lines.iter().any(|l| l.contains(",true,9,cat,true,")),
@@ -166,7 +192,7 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         // The munmap hold: off CPU 15 ms running, 5 runnable, 20 asleep (15 in D); caused 750 µs.
         assert!(
-            lines[1].ends_with(",,,,15000000,5000000,20000000,15000000,750000"),
+            lines[1].ends_with(",,,,15000000,5000000,20000000,15000000,750000,app"),
             "{}",
             lines[1]
         );
@@ -177,6 +203,33 @@ mod tests {
         assert!(
             fault.contains(",0,write munmap hold [__vm_munmap],0.750,,,,,"),
             "{fault}"
+        );
+    }
+
+    #[test]
+    fn nonzero_lost_counters_are_rows_of_kind_lost() {
+        let (mut harvest, symbols, meta) = sample();
+        harvest.counters[tracer_common::Counter::AggMapFull as usize].1 = 7;
+        let report = build_report(&harvest, &symbols, &meta);
+        let text = render(&report);
+        let lost: Vec<&str> = text.lines().filter(|l| l.starts_with("lost,")).collect();
+        let empty_rest = ",".repeat(HEADER.len() - 4);
+        assert_eq!(
+            lost,
+            [
+                format!("lost,,aggregation_map_full,7{empty_rest}"),
+                format!("lost,,unpaired_release,2{empty_rest}"),
+            ],
+            "{text}"
+        );
+        assert!(text.lines().all(|l| l.split(',').count() == HEADER.len()));
+        let no_losses = Report {
+            lost: report.lost.keys().map(|&name| (name, 0)).collect(),
+            ..report
+        };
+        assert!(
+            !render(&no_losses).contains("\nlost,"),
+            "zero counters stay out"
         );
     }
 

@@ -5,11 +5,16 @@
 //! cause and mode frames right under the root split the graph into one tower per cause, and
 //! the `--` frame marks where the user stack enters the kernel (kernel frames carry the `_[k]`
 //! suffix that flamegraph palettes colour as kernel).
+//!
+//! Non-zero lost-event counters come first, on a `# lost events (not drawn): name=N, ...`
+//! line. It does not end in a space and a number, so flamegraph.pl and inferno skip it as an
+//! invalid line (with a warning), speedscope ignores it, and `grep -v '^#'` drops it.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use crate::model::{
+    processes::UNKNOWN_COMM,
     report::{Entry, Kind, Report},
     Frame,
 };
@@ -80,11 +85,33 @@ pub fn render(report: &Report, weight: Weight) -> String {
             *lines.entry(stack_path(report, e)).or_default() += value;
         }
     }
-    let mut out = String::new();
+    let mut out = lost_comment(report);
     for (path, value) in lines {
         let _ = writeln!(out, "{path} {value}");
     }
     out
+}
+
+/// Starts every comment line: folded-stack readers skip it (see the module's doc).
+pub const COMMENT: &str = "#";
+
+/// The `# lost events ...` line, or nothing when nothing was lost.
+fn lost_comment(report: &Report) -> String {
+    let lost: Vec<String> = report
+        .lost
+        .iter()
+        .filter(|(_, &n)| n > 0)
+        .map(|(name, n)| format!("{name}={n}"))
+        .collect();
+    if lost.is_empty() {
+        return String::new();
+    }
+    format!("{COMMENT} lost events (not drawn): {}\n", lost.join(", "))
+}
+
+/// The stack lines of folded text, without its comments.
+pub fn stack_lines(folded: &str) -> impl Iterator<Item = &str> {
+    folded.lines().filter(|line| !line.starts_with(COMMENT))
 }
 
 fn stack_path(report: &Report, e: &Entry) -> String {
@@ -112,6 +139,9 @@ fn root_frame(report: &Report, e: &Entry) -> String {
             Some(thread) => format!("{thread} (tid {tid})"),
             None => format!("tid {tid}"),
         }
+    } else if report.target.system_wide || report.target.pids.len() > 1 {
+        let comm = e.comm.as_deref().unwrap_or(UNKNOWN_COMM);
+        format!("{comm} (pid {})", e.pid)
     } else {
         report.target.comm.clone()
     };
@@ -162,7 +192,7 @@ mod tests {
     #[test]
     fn wait_lines_are_root_first_with_cause_mode_and_separator() {
         let text = render(&sample_report(), Weight::Wait);
-        let lines: Vec<(Vec<&str>, u64)> = text.lines().map(parse).collect();
+        let lines: Vec<(Vec<&str>, u64)> = stack_lines(&text).map(parse).collect();
         assert_eq!(lines.len(), 2, "{text}");
         let munmap = lines.iter().find(|(f, _)| f[1] == "[munmap]").unwrap();
         assert_eq!(
@@ -196,8 +226,45 @@ mod tests {
         );
         assert!(hold.contains("app;[no stack (short)];[read] 2\n"), "{hold}");
         let count = render(&report, Weight::Count);
-        let total: u64 = count.lines().map(|l| parse(l).1).sum();
+        let total: u64 = stack_lines(&count).map(|l| parse(l).1).sum();
         assert_eq!(total, 3, "one per timed wait: {count}");
+    }
+
+    #[test]
+    fn lost_counters_lead_on_a_line_that_folded_readers_skip() {
+        let (mut harvest, symbols, meta) = sample();
+        harvest.counters[tracer_common::Counter::AggMapFull as usize].1 = 12;
+        let text = render(&build_report(&harvest, &symbols, &meta), Weight::Wait);
+        let first = text.lines().next().unwrap();
+        assert_eq!(
+            first,
+            "# lost events (not drawn): aggregation_map_full=12, unpaired_release=2"
+        );
+        // flamegraph.pl and inferno want a space and a count at the end of a stack line.
+        let last_word = first.rsplit(' ').next().unwrap();
+        assert!(last_word.parse::<u64>().is_err(), "{first}");
+        assert_eq!(stack_lines(&text).count(), text.lines().count() - 1);
+        assert!(stack_lines(&text).all(|l| parse(l).1 > 0));
+    }
+
+    #[test]
+    fn no_losses_no_comment() {
+        let (mut harvest, symbols, meta) = sample();
+        harvest.counters.iter_mut().for_each(|(_, n)| *n = 0);
+        let text = render(&build_report(&harvest, &symbols, &meta), Weight::Wait);
+        assert!(!text.contains('#'), "{text}");
+    }
+
+    #[test]
+    fn system_wide_roots_name_each_process() {
+        let (harvest, symbols, mut meta) = sample();
+        meta.system_wide = true;
+        meta.pids.clear();
+        let text = render(&build_report(&harvest, &symbols, &meta), Weight::Wait);
+        assert!(
+            stack_lines(&text).all(|l| l.starts_with("app (pid 42);")),
+            "{text}"
+        );
     }
 
     #[test]

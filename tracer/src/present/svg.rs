@@ -11,6 +11,7 @@ use inferno::flamegraph::{
     color::{Color, MultiPalette, Palette, PaletteMap},
 };
 
+use super::folded::stack_lines;
 use crate::model::Cause;
 
 /// What the picture is of.
@@ -34,12 +35,14 @@ pub fn render(folded: &str, title: &SvgTitle) -> Result<String> {
     // A little wider than the default 1200 px: kernel frames have long names.
     options.image_width = Some(1600);
     let mut svg = Vec::new();
-    if folded.trim().is_empty() {
+    // Comment lines (lost counters) go in the subtitle, not to inferno, which would warn.
+    let lines: Vec<&str> = stack_lines(folded).collect();
+    if lines.iter().all(|line| line.trim().is_empty()) {
         // inferno refuses empty input; an empty graph still says what was traced.
         options.notes = "no samples".into();
         flamegraph::from_lines(&mut options, ["[no samples] 1"], &mut svg)
     } else {
-        flamegraph::from_lines(&mut options, folded.lines(), &mut svg)
+        flamegraph::from_lines(&mut options, lines, &mut svg)
     }
     .context("drawing the flamegraph")?;
     String::from_utf8(svg).context("flamegraph is not UTF-8")
@@ -94,6 +97,16 @@ mod tests {
         assert!(svg.contains("[page fault]"));
         // The munmap cause frame has its fixed colour.
         assert!(svg.contains("rgb(214,39,40)"), "cause colour missing");
+    }
+
+    #[test]
+    fn comment_lines_are_not_drawn() {
+        let folded = "# lost events (not drawn): aggregation_map_full=3\napp;[mmap];[write] 10\n";
+        let svg = render(folded, &title()).unwrap();
+        assert!(svg.contains("[mmap]"));
+        assert!(!svg.contains("lost events"), "a comment drawn as a frame");
+        let only_comment = render("# lost events (not drawn): x=1\n", &title()).unwrap();
+        assert!(only_comment.contains("[no samples]"));
     }
 
     #[test]

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 
 use tracer_common::ModeTotals;
 
+use crate::model::processes::UNKNOWN_COMM;
 use crate::model::unwound::UserStackKind;
 
 use crate::model::{
@@ -17,6 +18,7 @@ use super::human_ns;
 pub fn render(report: &Report, top: usize) -> String {
     let mut out = String::new();
     header(&mut out, report);
+    processes(&mut out, report, top);
     faults_and_syscalls(&mut out, report);
     causes(&mut out, report);
     blocks(&mut out, report, top);
@@ -24,13 +26,25 @@ pub fn render(report: &Report, top: usize) -> String {
     out
 }
 
-fn header(out: &mut String, r: &Report) {
+/// What was traced, as the header names it: `pid 42 (app)`, or `all processes`.
+pub fn traced(r: &Report) -> String {
+    if r.target.system_wide {
+        return r.target.comm.clone();
+    }
     let pids: Vec<String> = r.target.pids.iter().map(u32::to_string).collect();
+    format!("pid {} ({})", pids.join(","), r.target.comm)
+}
+
+/// Whether the report splits by process: system-wide, or several targets.
+pub fn splits_by_process(r: &Report) -> bool {
+    r.target.system_wide || r.target.pids.len() > 1
+}
+
+fn header(out: &mut String, r: &Report) {
     let _ = writeln!(
         out,
-        "mmapsem-trace: pid {} ({}), {} threads, traced {}{}",
-        pids.join(","),
-        r.target.comm,
+        "mmapsem-trace: {}, {} threads, traced {}{}",
+        traced(r),
         r.target.threads,
         human_ns(r.duration_ns),
         if r.target.exited {
@@ -67,14 +81,54 @@ fn header(out: &mut String, r: &Report) {
     }
 }
 
+fn processes(out: &mut String, r: &Report, top: usize) {
+    if !splits_by_process(r) {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nTop {} of {} processes by wait:",
+        r.processes.len().min(top),
+        r.processes.len()
+    );
+    let _ = writeln!(
+        out,
+        "{:>8} {:<16} {:>9} {:>10} {:>10} {:>6} {:>9} {:>10} {:>10}",
+        "pid", "comm", "waits", "wait", "max wait", "share", "holds", "hold", "max hold"
+    );
+    for p in r.processes.iter().take(top) {
+        let _ = writeln!(
+            out,
+            "{:>8} {:<16} {:>9} {:>10} {:>10} {:>5.1}% {:>9} {:>10} {:>10}",
+            p.pid,
+            p.comm,
+            p.waits,
+            human_ns(p.wait_ns),
+            human_ns(p.max_wait_ns),
+            p.wait_share * 100.0,
+            p.holds,
+            human_ns(p.hold_ns),
+            human_ns(p.max_hold_ns)
+        );
+    }
+}
+
 fn faults_and_syscalls(out: &mut String, r: &Report) {
     if r.features.faults {
         let f = &r.faults;
         let _ = writeln!(
             out,
-            "\nPage faults: {} by the target; mmap_lock taken {} times by faults that fell back \
+            "\nPage faults: {} by the {}; mmap_lock taken {} times by faults that fell back \
              from the per-VMA lock; {} filemap faults, {} of them under mmap_lock",
-            f.total, f.took_mmap_lock, f.filemap, f.filemap_under_mmap_lock
+            f.total,
+            if r.target.system_wide {
+                "traced processes"
+            } else {
+                "target"
+            },
+            f.took_mmap_lock,
+            f.filemap,
+            f.filemap_under_mmap_lock
         );
     }
     if !r.features.syscalls || r.syscalls.values().all(|s| s.count == 0) {
@@ -151,8 +205,9 @@ fn blocks(out: &mut String, r: &Report, top: usize) {
         "\nTop {shown} of {} call stacks by total time:",
         r.entries.len()
     );
+    let name_process = splits_by_process(r);
     for e in r.entries.iter().take(top) {
-        block(out, e, r.stack_threshold_ns);
+        block(out, e, r.stack_threshold_ns, name_process);
     }
 }
 
@@ -160,7 +215,7 @@ fn ms(ns: u64) -> f64 {
     ns as f64 / 1e6
 }
 
-fn block(out: &mut String, e: &Entry, threshold_ns: u64) {
+fn block(out: &mut String, e: &Entry, threshold_ns: u64, name_process: bool) {
     let _ = writeln!(
         out,
         "\n=====> Total: {:.3} ms, average: {:.3} ms, max: {:.3} ms, p99: {:.3} ms, times: {}  [{}]",
@@ -169,7 +224,7 @@ fn block(out: &mut String, e: &Entry, threshold_ns: u64) {
         ms(e.max_ns),
         ms(e.p99_ns),
         e.count,
-        tags(e)
+        tags(e, name_process)
     );
     if !e.stack_collected {
         let _ = writeln!(
@@ -281,12 +336,21 @@ fn join(tids: &[u32]) -> String {
         .join(",")
 }
 
-fn tags(e: &Entry) -> String {
-    let mut tags = vec![
+/// `[kind, mode, cause, ...]`; with `name_process`, the process whose mm it is comes first.
+fn tags(e: &Entry, name_process: bool) -> String {
+    let mut tags = Vec::new();
+    if name_process {
+        tags.push(format!(
+            "pid {} ({})",
+            e.pid,
+            e.comm.as_deref().unwrap_or(UNKNOWN_COMM)
+        ));
+    }
+    tags.extend([
         e.kind.label().to_string(),
         e.mode.label().to_string(),
         e.cause.label().to_string(),
-    ];
+    ]);
     if e.user_stack != UserStackKind::None {
         tags.push(format!("user stack: {}", e.user_stack.name()));
     }
@@ -423,6 +487,49 @@ mod tests {
                 .ends_with("Lost or unpaired events: unpaired_release=2"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn system_wide_reports_lead_with_processes_and_name_them_in_blocks() {
+        let (harvest, symbols, mut meta) = sample();
+        meta.system_wide = true;
+        meta.pids.clear();
+        meta.comm = "all processes".into();
+        let text = render(&build_report(&harvest, &symbols, &meta), 10);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[0].starts_with("mmapsem-trace: all processes, 4 threads"),
+            "{text}"
+        );
+        let table = text.find("Top 2 of 2 processes by wait:").expect(&text);
+        assert!(
+            table < text.find("By cause:").unwrap(),
+            "the table comes first"
+        );
+        for row in [
+            "      42 app                      3    9.00 ms    5.00 ms 100.0%         3   40.00 ms   40.00 ms",
+            "       9 cat                      0       0 ns       0 ns   0.0%         1    20.0 µs    20.0 µs",
+        ] {
+            assert!(text.contains(row), "missing {row:?} in:\n{text}");
+        }
+        assert!(
+            text.contains("times: 1  [pid 42 (app), hold, write, munmap, user stack: fp]"),
+            "{text}"
+        );
+        let (harvest, symbols, mut meta) = attributed();
+        meta.system_wide = true;
+        let text = render(&build_report(&harvest, &symbols, &meta), 10);
+        assert!(
+            text.contains("Page faults: 1000 by the traced processes,"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn single_target_reports_have_no_process_table() {
+        let text = rendered();
+        assert!(!text.contains("processes by wait"), "{text}");
+        assert!(!text.contains("[pid 42"), "{text}");
     }
 
     #[test]

@@ -19,6 +19,8 @@ pub struct TimelineNames<'a> {
     pub threads: &'a HashMap<u32, String>,
     pub threshold_ns: u64,
     pub dropped: u64,
+    /// Every lost-event counter of the trace (zeros too, as in the JSON report).
+    pub lost: &'a BTreeMap<&'static str, u64>,
 }
 
 pub fn render(slices: &[Slice], names: &TimelineNames) -> Result<String> {
@@ -31,6 +33,7 @@ pub fn render(slices: &[Slice], names: &TimelineNames) -> Result<String> {
             "tool": "mmapsem-trace",
             "threshold_ns": names.threshold_ns,
             "timeline_dropped": names.dropped,
+            "lost": names.lost,
         },
     });
     let mut text = serde_json::to_string(&trace)?;
@@ -108,11 +111,13 @@ mod tests {
         let s = slices(&events, &symbols, 1_000_000_000);
         let processes = HashMap::from([(42, "app".to_string())]);
         let threads = HashMap::from([(43, "writer".to_string())]);
+        let lost = BTreeMap::from([("aggregation_map_full", 3), ("state_map_full", 0)]);
         let names = TimelineNames {
             processes: &processes,
             threads: &threads,
             threshold_ns: 1_000_000,
             dropped: 0,
+            lost: &lost,
         };
         let v: Value = serde_json::from_str(&render(&s, &names).unwrap()).unwrap();
         let events = v["traceEvents"].as_array().unwrap();
@@ -131,5 +136,7 @@ mod tests {
         assert_eq!(x[1]["ts"].as_f64(), Some(1000.0));
         assert_eq!(x[0]["args"]["stack"][0], "__vm_munmap");
         assert_eq!(v["otherData"]["threshold_ns"], 1_000_000);
+        assert_eq!(v["otherData"]["lost"]["aggregation_map_full"], 3);
+        assert_eq!(v["otherData"]["lost"]["state_map_full"], 0);
     }
 }

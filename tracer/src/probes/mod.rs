@@ -46,7 +46,14 @@ pub struct ProbeSettings {
     pub timeline_threshold_ns: u64,
     /// Copy user stacks for unwinding in user space (`--user-stack dwarf`).
     pub stack_copies: Option<StackCopySettings>,
+    /// Trace every user process (`-a`) instead of the added targets.
+    pub system_wide: bool,
 }
+
+/// Capacity of the maps keyed by mm or process (TARGET_MMS, HOLDERS, LOCKER_COMMS) in
+/// system-wide mode: one entry per process that locks its mm, for a busy machine. Beyond it,
+/// new processes are counted as target_map_full.
+pub const SYSTEM_WIDE_PROCESSES: u32 = 16384;
 
 /// Which waits and holds get their user stack copied, and how much of it.
 #[derive(Clone, Debug)]
@@ -130,6 +137,7 @@ impl Probes {
             per_thread: settings.per_thread as u32,
             user_stacks: settings.user_stacks as u32,
             timeline_threshold_ns: settings.timeline_threshold_ns,
+            system_wide: settings.system_wide as u32,
             ..Config::ZERO
         };
         configure_user_regs(offsets, &mut config);
@@ -138,7 +146,13 @@ impl Probes {
         syscalls::configure(tracefs, &mut config)?;
         let timeline_on = settings.timeline_threshold_ns > 0;
         raise_memlock_limit();
-        let mut ebpf = EbpfLoader::new()
+        let mut loader = EbpfLoader::new();
+        if settings.system_wide {
+            for name in ["TARGET_MMS", "HOLDERS", "LOCKER_COMMS"] {
+                loader.map_max_entries(name, SYSTEM_WIDE_PROCESSES);
+            }
+        }
+        let mut ebpf = loader
             .override_global("CONFIG", &config, true)
             .map_max_entries("AGG", settings.max_entries)
             .map_max_entries("STACKS", settings.max_stacks)
@@ -212,6 +226,15 @@ impl Probes {
         Ok(read_target_mms(&self.ebpf)?
             .values()
             .any(|&owner| owner == pid))
+    }
+
+    /// The processes whose mm the programs have registered so far (system-wide mode: every
+    /// process that locked its own mm; some may have exited since).
+    pub fn registered_pids(&self) -> Result<Vec<u32>> {
+        let mut pids: Vec<u32> = read_target_mms(&self.ebpf)?.into_values().collect();
+        pids.sort_unstable();
+        pids.dedup();
+        Ok(pids)
     }
 
     /// Moves the timeline events the kernel has written so far into memory (call it often:

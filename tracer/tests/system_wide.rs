@@ -1,0 +1,139 @@
+//! `-a`: every user process traced at once, split per process. Real tracer, real kernel, two
+//! real workload processes. Needs root (common::bpf_available).
+
+mod common;
+
+use common::{bpf_available, entries, json, serial, Tracer, Workload};
+use serde_json::Value;
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a u64: {v}"))
+}
+
+#[test]
+fn two_workloads_each_get_a_process_row_and_the_tracer_none() {
+    if !bpf_available("two_workloads_each_get_a_process_row_and_the_tracer_none") {
+        return;
+    }
+    let _serial = serial();
+    let churn = Workload::spawn(&["churn", "--threads", "2", "--seconds", "2"]);
+    let hold = Workload::spawn(&["hold", "--size-mib", "128", "--repeat", "5"]);
+    let mut tracer = Tracer::spawn(&[
+        "-a".into(),
+        "-d".into(),
+        "3".into(),
+        "--format".into(),
+        "json".into(),
+        "--no-live".into(),
+    ]);
+    tracer.wait_attached();
+    let tracer_pid = tracer.pid();
+    churn.start();
+    hold.start();
+    let (churn_pid, hold_pid) = (churn.pid, hold.pid);
+    churn.finish();
+    hold.finish();
+    let result = tracer.finish();
+    assert!(result.status.success(), "{}", result.stderr);
+    assert!(
+        result.stderr.contains("tracing all processes"),
+        "{}",
+        result.stderr
+    );
+    let report = json(&result.stdout);
+    assert_eq!(report["target"]["system_wide"], true);
+    assert_eq!(report["target"]["pids"], serde_json::json!([]));
+    assert_eq!(
+        report["target"]["exited"], false,
+        "-a has no target to exit: only -d ends it"
+    );
+
+    let processes = report["processes"].as_array().expect("processes array");
+    let row = |pid: u32| {
+        processes
+            .iter()
+            .find(|p| p["pid"] == pid)
+            .unwrap_or_else(|| panic!("pid {pid} missing from processes: {processes:#?}"))
+    };
+    for pid in [churn_pid, hold_pid] {
+        let p = row(pid);
+        assert_eq!(p["comm"], "mmapsem-workloa", "{p}");
+        // Every lock taken through start_locking is a (maybe very short) wait, then a hold.
+        assert!(u(&p["waits"]) > 0 && u(&p["wait_ns"]) > 0, "{p}");
+        assert!(u(&p["holds"]) > 0 && u(&p["hold_ns"]) > 0, "{p}");
+    }
+    // hold's five mprotect() calls each hold the lock for write.
+    assert!(u(&row(hold_pid)["holds"]) >= 5);
+    assert!(
+        processes.iter().all(|p| p["pid"] != tracer_pid),
+        "the tracer traced itself: {processes:#?}"
+    );
+    let waits: Vec<u64> = processes.iter().map(|p| u(&p["wait_ns"])).collect();
+    assert!(
+        waits.windows(2).all(|w| w[0] >= w[1]),
+        "most waiting first: {waits:?}"
+    );
+
+    // Entries name the mm's process; every process row is some entry's owner or locker.
+    let entries = entries(&report);
+    for pid in [churn_pid, hold_pid] {
+        let own: Vec<&Value> = entries.iter().filter(|e| e["pid"] == pid).collect();
+        assert!(!own.is_empty(), "no entry for pid {pid}");
+        assert!(
+            own.iter().all(|e| e["comm"] == "mmapsem-workloa"),
+            "{own:?}"
+        );
+    }
+    for p in processes {
+        assert!(
+            entries
+                .iter()
+                .any(|e| e["pid"] == p["pid"] || e["locker"]["pid"] == p["pid"]),
+            "process row without an entry: {p}"
+        );
+    }
+    assert!(entries
+        .iter()
+        .all(|e| e["pid"] != tracer_pid && e["locker"]["pid"] != tracer_pid));
+}
+
+#[test]
+fn system_wide_text_report_leads_with_the_process_table() {
+    if !bpf_available("system_wide_text_report_leads_with_the_process_table") {
+        return;
+    }
+    let _serial = serial();
+    let churn = Workload::spawn(&["churn", "--threads", "2", "--seconds", "1"]);
+    // -n: every process and stack, whatever else runs on the machine meanwhile.
+    let mut tracer = Tracer::spawn(&[
+        "-a".into(),
+        "-d".into(),
+        "2".into(),
+        "--no-live".into(),
+        "-n".into(),
+        "100000".into(),
+    ]);
+    tracer.wait_attached();
+    churn.start();
+    let pid = churn.pid;
+    churn.finish();
+    let result = tracer.finish();
+    assert!(result.status.success(), "{}", result.stderr);
+    let text = &result.stdout;
+    assert!(text.starts_with("mmapsem-trace: all processes,"), "{text}");
+    let table = text
+        .find("processes by wait:")
+        .unwrap_or_else(|| panic!("no process table:\n{text}"));
+    assert!(table < text.find("By cause:").unwrap());
+    assert!(
+        text.lines().any(|l| l
+            .split_whitespace()
+            .take(2)
+            .eq([pid.to_string().as_str(), "mmapsem-workloa"])),
+        "no row for pid {pid}:\n{text}"
+    );
+    assert!(
+        text.contains(&format!("[pid {pid} (mmapsem-workloa), ")),
+        "stack blocks name their process:\n{text}"
+    );
+}
