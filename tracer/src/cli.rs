@@ -167,6 +167,11 @@ pub struct Cli {
     #[arg(long, default_value_t = 16384, value_name = "N")]
     pub max_stacks: u32,
 
+    /// Size of the timeline and user-stack ring buffers (a power of two, at least 4096; tests
+    /// use it to fill them).
+    #[arg(long, hide = true, value_parser = parse_ring_bytes, value_name = "BYTES")]
+    pub ring_bytes: Option<u32>,
+
     /// More logging on stderr (repeat for more).
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -246,6 +251,15 @@ fn parse_interval(text: &str) -> Result<Duration> {
         bail!("the interval must be at least 0.05 s, got {text:?}");
     }
     Ok(Duration::from_secs_f64(seconds))
+}
+
+/// A ring buffer size the kernel accepts: a power of two, a page at least.
+fn parse_ring_bytes(text: &str) -> Result<u32, String> {
+    let bytes: u32 = text.parse().map_err(|e| format!("{e}"))?;
+    if bytes < 4096 || !bytes.is_power_of_two() {
+        return Err("must be a power of two of at least 4096".to_owned());
+    }
+    Ok(bytes)
 }
 
 /// Parses `0`, `750ns`, `10us`, `10µs`, `2ms`, `1s` (a bare number means microseconds).

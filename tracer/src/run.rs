@@ -61,6 +61,7 @@ pub fn run(mut cli: Cli) -> Result<i32> {
         user_stacks: cli.user_stack() != UserStackArg::None,
         max_entries: cli.max_entries,
         max_stacks: cli.max_stacks,
+        ring_bytes: cli.ring_bytes,
         // Never 0 when asked for: 0 means off.
         timeline_threshold_ns: if outputs.wants_timeline() {
             cli.threshold.max(1)

@@ -97,6 +97,77 @@ fn full_stack_map_is_counted_and_totals_stay_exact() {
     assert_write_acquisitions_complete(&report);
 }
 
+/// Both ring buffers at one page: no user stack copy fits (20 KiB records) and the timeline
+/// overflows between drains. Each loss is counted, the timeline file says so too, and the
+/// aggregation is untouched (the events keep their frame-pointer stacks).
+#[test]
+fn full_ring_buffers_are_counted_and_the_aggregation_stays_exact() {
+    if !bpf_available("full_ring_buffers_are_counted_and_the_aggregation_stays_exact") {
+        return;
+    }
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let timeline_path = dir.path().join("timeline.json");
+    let iterations = 1000u64;
+    let (result, _) = trace_workload(
+        &[
+            "churn",
+            "--threads",
+            "2",
+            "--iterations",
+            &iterations.to_string(),
+        ],
+        &[
+            "--ring-bytes",
+            "4096",
+            "--threshold",
+            "1ns",
+            "--timeline",
+            &timeline_path.display().to_string(),
+            "--format",
+            "json",
+        ],
+    );
+    let report = json(&result.stdout);
+    let lost = &report["lost"];
+    assert!(u(&lost["user_stack_copy_dropped"]) > 0, "{lost}");
+    let timeline_dropped = u(&lost["timeline_dropped"]);
+    assert!(timeline_dropped > 0, "{lost}");
+    let acquired = u(&report["totals"]["write"]["acquisitions"]);
+    assert!(
+        acquired >= 2 * CHURN_THREADS * iterations,
+        "{}",
+        report["totals"]
+    );
+    let in_entries: u64 = report["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "hold" && e["mode"] == "write" && e["outside_locker"] == false)
+        .map(|e| u(&e["count"]))
+        .sum();
+    assert!(
+        in_entries >= 2 * CHURN_THREADS * iterations,
+        "write holds in entries: {in_entries}"
+    );
+
+    let timeline: Value =
+        serde_json::from_str(&std::fs::read_to_string(&timeline_path).unwrap()).unwrap();
+    assert_eq!(
+        u(&timeline["otherData"]["lost"]["timeline_dropped"]),
+        timeline_dropped,
+        "{}",
+        timeline["otherData"]
+    );
+    let slices = timeline["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "X")
+        .count();
+    assert!(slices > 0, "what fitted is still in the timeline");
+}
+
 /// SIGINT and SIGHUP end the trace like SIGTERM (tested with the exports): report written,
 /// exit status 0.
 #[test]

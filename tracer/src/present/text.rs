@@ -520,7 +520,7 @@ mod tests {
         meta.system_wide = true;
         let text = render(&build_report(&harvest, &symbols, &meta), 10);
         assert!(
-            text.contains("Page faults: 1000 by the traced processes,"),
+            text.contains("Page faults: 1000 by the traced processes;"),
             "{text}"
         );
     }

@@ -42,6 +42,8 @@ pub struct ProbeSettings {
     pub user_stacks: bool,
     pub max_entries: u32,
     pub max_stacks: u32,
+    /// Size of the ring buffers in use, instead of their defaults (`--ring-bytes`).
+    pub ring_bytes: Option<u32>,
     /// Stream waits and holds at least this long to the timeline; 0: no timeline.
     pub timeline_threshold_ns: u64,
     /// Copy user stacks for unwinding in user space (`--user-stack dwarf`).
@@ -159,7 +161,7 @@ impl Probes {
             .map_max_entries(
                 "TIMELINE",
                 if timeline_on {
-                    timeline::RING_BYTES
+                    settings.ring_bytes.unwrap_or(timeline::RING_BYTES)
                 } else {
                     timeline::RING_BYTES_OFF
                 },
@@ -167,7 +169,7 @@ impl Probes {
             .map_max_entries(
                 "USER_STACKS",
                 if copies_on {
-                    user_stacks::RING_BYTES
+                    settings.ring_bytes.unwrap_or(user_stacks::RING_BYTES)
                 } else {
                     user_stacks::RING_BYTES_OFF
                 },
