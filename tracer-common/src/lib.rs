@@ -383,6 +383,11 @@ pub struct Config {
     /// Non-zero when the offsets above are known: lock operations serving a user page fault
     /// are then told apart by the saved orig_ax (-1 on exception entry).
     pub user_regs_known: u32,
+    /// User stack copies each CPU may make per USER_STACK_BUDGET_WINDOW_NS: a share of the ring
+    /// buffer that user space drains in that time, so that a busy target is sampled rather than
+    /// filling the ring.
+    pub user_stack_budget: u32,
+    pub _pad2: u32,
 }
 
 impl Config {
@@ -417,6 +422,8 @@ impl Config {
         pt_regs_bp: 0,
         pt_regs_orig_ax: 0,
         user_regs_known: 0,
+        user_stack_budget: 0,
+        _pad2: 0,
     };
 }
 
@@ -547,6 +554,18 @@ pub const USER_STACK_PAGE: usize = 4096;
 /// page below it, so that a ring record does not reserve 64 KiB for a 20 KiB copy.
 pub const USER_STACK_SMALL_PAGES: usize = 5;
 pub const USER_STACK_MAX_PAGES: usize = USER_STACK_MAX / USER_STACK_PAGE;
+
+/// The window of `Config::user_stack_budget`: user space drains the ring this often.
+pub const USER_STACK_BUDGET_WINDOW_NS: u64 = 100_000_000;
+
+/// Per-CPU state of the copy budget.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CopyBudget {
+    pub window_start_ns: u64,
+    pub used: u32,
+    pub _pad: u32,
+}
 
 /// What a user-stack ring record is (its first field).
 pub const USER_STACK_RECORD_COPY: u32 = 1;
@@ -714,11 +733,11 @@ mod tests {
 
     #[test]
     fn config_has_no_implicit_padding() {
-        // 3 x TracepointFields (16) + 8 x u32 + 6 x i32 + u64 + 4 x u32 + 2 x u64 + 10 x u32:
+        // 3 x TracepointFields (16) + 8 x u32 + 6 x i32 + u64 + 4 x u32 + 2 x u64 + 12 x u32:
         // every field is explicit, so the kernel and user space read the same bytes.
         assert_eq!(
             core::mem::size_of::<Config>(),
-            48 + 32 + 24 + 8 + 16 + 16 + 40
+            48 + 32 + 24 + 8 + 16 + 16 + 48
         );
         assert_eq!(core::mem::align_of::<Config>(), 8);
         assert_eq!(core::mem::offset_of!(Config, stack_threshold_ns), 104);

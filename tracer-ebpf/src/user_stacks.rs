@@ -12,9 +12,9 @@ use aya_ebpf::{
     maps::{PerCpuArray, RingBuf},
 };
 use tracer_common::{
-    AggKey, Config, Counter, LockState, OffCpu, UserStackCopy, UserStackCopyHeader, UserStackEvent,
-    NO_STACK, USER_STACK_MAX_PAGES, USER_STACK_PAGE, USER_STACK_RECORD_COPY,
-    USER_STACK_RECORD_EVENT, USER_STACK_SMALL_PAGES,
+    AggKey, Config, CopyBudget, Counter, LockState, OffCpu, UserStackCopy, UserStackCopyHeader,
+    UserStackEvent, NO_STACK, USER_STACK_BUDGET_WINDOW_NS, USER_STACK_MAX_PAGES, USER_STACK_PAGE,
+    USER_STACK_RECORD_COPY, USER_STACK_RECORD_EVENT, USER_STACK_SMALL_PAGES,
 };
 
 use crate::{
@@ -29,6 +29,10 @@ pub static USER_STACKS: RingBuf = RingBuf::with_byte_size(4096, 0);
 /// Slot 0: per-CPU count of candidate events seen, for 1-in-N sampling.
 #[map]
 static SAMPLE_TICK: PerCpuArray<u32> = PerCpuArray::with_max_entries(1, 0);
+
+/// Slot 0: per-CPU copies made in the current budget window.
+#[map]
+static COPY_BUDGET: PerCpuArray<CopyBudget> = PerCpuArray::with_max_entries(1, 0);
 
 /// Highest user-space address on x86_64 (47-bit address space): saved registers beyond it mean
 /// the offsets are wrong for this kernel, and nothing is sent.
@@ -88,7 +92,7 @@ pub fn sample_at_start(locker: &Locker, st: &mut LockState) -> bool {
 #[inline(always)]
 pub fn copy_at_start(locker: &Locker, st: &mut LockState, now: u64) {
     let cfg = config();
-    if cfg.user_stack_bytes == 0 || locker.outside_pid != 0 {
+    if cfg.user_stack_bytes == 0 || locker.outside_pid != 0 || !within_budget(&cfg, now) {
         return;
     }
     if send_copy(&cfg, locker, now).is_some() {
@@ -96,6 +100,25 @@ pub fn copy_at_start(locker: &Locker, st: &mut LockState, now: u64) {
     } else {
         count(Counter::UserStackCopyDropped);
     }
+}
+
+/// Takes one copy from this CPU's budget for the current window; false when it is spent (the
+/// operation then keeps its frame-pointer stack: a sample, not a loss).
+#[inline(always)]
+fn within_budget(cfg: &Config, now: u64) -> bool {
+    let Some(budget) = COPY_BUDGET.get_ptr_mut(0) else {
+        return false;
+    };
+    let budget = unsafe { &mut *budget };
+    if now.wrapping_sub(budget.window_start_ns) >= USER_STACK_BUDGET_WINDOW_NS {
+        budget.window_start_ns = now;
+        budget.used = 0;
+    }
+    if budget.used >= cfg.user_stack_budget {
+        return false;
+    }
+    budget.used += 1;
+    true
 }
 
 /// At the end of a wait or hold just aggregated under `key`: tells user space to unwind it with
@@ -119,10 +142,10 @@ pub fn send_event(
     let long = ns >= cfg.user_stack_threshold_ns;
     let mut late_copy = false;
     if st.user_copy_id == 0 {
-        if !long {
+        let now = unsafe { bpf_ktime_get_ns() };
+        if !long || !within_budget(&cfg, now) {
             return;
         }
-        let now = unsafe { bpf_ktime_get_ns() };
         if send_copy(&cfg, locker, now).is_none() {
             count(Counter::UserStackCopyDropped);
             return;

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{bpf_available, entries, json, serial, trace_workload, value_of};
+use common::{bpf_available, entries, json, serial, trace_workload, u, value_of};
 use serde_json::Value;
 
 fn symbols_of(frames: &Value) -> Vec<&str> {
@@ -16,10 +16,6 @@ fn symbols_of(frames: &Value) -> Vec<&str> {
 
 fn has_symbol(frames: &Value, needle: &str) -> bool {
     symbols_of(frames).iter().any(|s| s.contains(needle))
-}
-
-fn u(v: &Value) -> u64 {
-    v.as_u64().unwrap_or_else(|| panic!("not a u64: {v}"))
 }
 
 /// Ying Han's case: writers looping mmap/munmap (one with MAP_POPULATE) beside faulting

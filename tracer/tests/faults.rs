@@ -6,12 +6,8 @@ mod common;
 use std::io::Write as _;
 use std::process::{Command, Stdio};
 
-use common::{bpf_available, json, serial, trace_workload, workload_path, Tracer, Workload};
+use common::{bpf_available, json, serial, trace_workload, u, workload_path, Tracer, Workload};
 use serde_json::Value;
-
-fn u(v: &Value) -> u64 {
-    v.as_u64().unwrap_or_else(|| panic!("not a u64: {v}"))
-}
 
 /// Each churn iteration maps and unmaps once: two write acquisitions at least.
 const CHURN_THREADS: u64 = 2;

@@ -3,12 +3,8 @@
 
 mod common;
 
-use common::{bpf_available, entries, json, serial, Tracer, Workload};
+use common::{bpf_available, entries, json, serial, u, Tracer, Workload};
 use serde_json::Value;
-
-fn u(v: &Value) -> u64 {
-    v.as_u64().unwrap_or_else(|| panic!("not a u64: {v}"))
-}
 
 #[test]
 fn two_workloads_each_get_a_process_row_and_the_tracer_none() {

@@ -208,6 +208,11 @@ pub fn without_threads(harvest: &Harvest) -> Harvest {
             }),
             |into, v| *into += v,
         ),
+        estimated_user_stacks: harvest
+            .estimated_user_stacks
+            .iter()
+            .map(|&k| untid(k))
+            .collect(),
         ..harvest.clone()
     }
 }

@@ -57,6 +57,9 @@ pub struct Harvest {
     /// Waits and holds over the timeline threshold, oldest first (empty in snapshots and when
     /// no timeline was asked for).
     pub timeline: Vec<TimelineEvent>,
+    /// Entries whose unwound user stacks carry, besides the copied events, a proportional
+    /// share of those that could not be copied (the copy budget was spent).
+    pub estimated_user_stacks: HashSet<AggKey>,
 }
 
 impl Harvest {

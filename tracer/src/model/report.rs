@@ -175,6 +175,10 @@ pub struct Entry {
     /// How the user frames were obtained: unwound with CFI (`dwarf`), stopped early
     /// (`truncated`), frame pointers (`fp`), or not at all (`none`).
     pub user_stack: UserStackKind,
+    /// True when part of this entry's events were not copied (the copy budget was spent) and
+    /// were given to its unwound stacks in proportion to the copied ones: an estimate.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub user_stack_estimated: bool,
     /// User frames (innermost first), then kernel frames (innermost first).
     pub frames: Vec<Frame>,
     /// Non-empty log2 slots as [lower bound ns, count].
@@ -479,6 +483,7 @@ impl<'a> Index<'a> {
                 self.sleep_frames(k)
             },
             max_is_upper_bound: raw.max_is_upper_bound,
+            user_stack_estimated: self.harvest.estimated_user_stacks.contains(k),
             thread_name: (k.tid != 0)
                 .then(|| self.meta.thread_names.get(&k.tid).cloned())
                 .flatten(),

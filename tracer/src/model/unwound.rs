@@ -11,7 +11,7 @@
 //! the frame-pointer stack. Unwound stacks get synthetic ids (`UNWOUND_BASE` and up) that never
 //! collide with stack-map ids, and ride in `Harvest::stacks` like any other stack.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 use tracer_common::{
@@ -225,40 +225,105 @@ impl Unwound {
         }
         let mut unwound: HashMap<AggKey, AggValue> = HashMap::new();
         // Original key -> (key of its largest part, that part's total).
-        let mut largest: HashMap<AggKey, (AggKey, u64)> = HashMap::new();
+        let mut split_into: HashMap<AggKey, Parts> = HashMap::new();
+        let mut estimated = HashSet::new();
         for entry in &mut harvest.entries {
             let Some(moves) = by_key.get(&entry.key) else {
                 continue;
             };
             let original = entry.key;
-            let mut parts = Vec::new();
-            for &(id, value) in moves {
-                let moved = take(entry, value);
-                let key = AggKey {
-                    user_stack: id,
-                    ..entry.key
-                };
-                parts.push((key, moved.total_ns));
-                unwound.entry(key).or_default().merge(&moved);
+            let mut parts: Vec<(AggKey, AggValue)> = moves
+                .iter()
+                .map(|&(id, value)| {
+                    let key = AggKey {
+                        user_stack: id,
+                        ..original
+                    };
+                    (key, take(entry, value))
+                })
+                .collect();
+            if entry.value.count > 0 && entry.key.kernel_stack != NO_STACK {
+                // Operations not copied because the copy budget was spent are a time sample's
+                // complement: they take the unwound stacks in the copied ones' proportions.
+                spread(&std::mem::take(&mut entry.value), &mut parts);
+                estimated.extend(parts.iter().map(|(key, _)| *key));
+            }
+            for (key, moved) in &parts {
+                unwound.entry(*key).or_default().merge(moved);
                 harvest
                     .stacks
-                    .entry(id)
-                    .or_insert_with(|| self.stacks[&id].clone());
+                    .entry(key.user_stack)
+                    .or_insert_with(|| self.stacks[&key.user_stack].clone());
             }
-            parts.push((original, entry.value.total_ns));
-            let biggest = parts.into_iter().max_by_key(|&(_, ns)| ns);
-            largest.insert(original, biggest.expect("the remainder at least"));
+            let mut sizes: Parts = parts.iter().map(|(key, v)| (*key, v.total_ns)).collect();
+            if entry.value.count > 0 {
+                sizes.push((original, entry.value.total_ns));
+            }
+            split_into.insert(original, sizes);
         }
-        follow_largest_parts(harvest, &largest);
+        split_side_tables(harvest, &split_into);
         harvest.entries.retain(|e| e.value.count > 0);
         harvest
             .entries
             .extend(unwound.into_iter().map(|(key, value)| RawEntry {
                 key,
                 value,
-                max_is_upper_bound: false,
+                // The spread events' maximum is not known per stack: the entry's is a bound.
+                max_is_upper_bound: estimated.contains(&key),
             }));
+        harvest.estimated_user_stacks.extend(estimated);
     }
+}
+
+/// Shares `rest` among `parts` in proportion to their event counts (largest remainders get the
+/// rounding), field by field and histogram slot by slot, so that the sums stay exact.
+fn spread(rest: &AggValue, parts: &mut [(AggKey, AggValue)]) {
+    let weights: Vec<u64> = parts.iter().map(|(_, v)| v.count.max(1)).collect();
+    let mut share = |total: u64, field: fn(&mut AggValue) -> &mut u64| {
+        for (part, n) in parts.iter_mut().zip(split(total, &weights)) {
+            *field(&mut part.1) += n;
+        }
+    };
+    share(rest.count, |v| &mut v.count);
+    share(rest.total_ns, |v| &mut v.total_ns);
+    share(rest.contended_ns, |v| &mut v.contended_ns);
+    share(rest.runnable_ns, |v| &mut v.runnable_ns);
+    share(rest.sleeping_ns, |v| &mut v.sleeping_ns);
+    share(rest.uninterruptible_ns, |v| &mut v.uninterruptible_ns);
+    for slot in 0..rest.hist.len() {
+        for (part, n) in parts.iter_mut().zip(split(rest.hist[slot], &weights)) {
+            part.1.hist[slot] += n;
+        }
+    }
+    for (_, part) in parts.iter_mut() {
+        part.max_ns = part.max_ns.max(rest.max_ns);
+    }
+}
+
+/// `total` split in proportion to `weights`, summing to `total` exactly (all to the first when
+/// every weight is zero).
+fn split(total: u64, weights: &[u64]) -> Vec<u64> {
+    let sum: u128 = weights.iter().map(|&w| w as u128).sum();
+    if sum == 0 {
+        let mut shares = vec![0; weights.len()];
+        if let Some(first) = shares.first_mut() {
+            *first = total;
+        }
+        return shares;
+    }
+    let exact: Vec<u128> = weights.iter().map(|&w| total as u128 * w as u128).collect();
+    let mut shares: Vec<u64> = exact.iter().map(|e| (e / sum) as u64).collect();
+    let mut left = total - shares.iter().sum::<u64>();
+    let mut by_remainder: Vec<usize> = (0..weights.len()).collect();
+    by_remainder.sort_by_key(|&i| std::cmp::Reverse(exact[i] % sum));
+    for i in by_remainder {
+        if left == 0 {
+            break;
+        }
+        shares[i] += 1;
+        left -= 1;
+    }
+    shares
 }
 
 fn add_counter(harvest: &mut Harvest, counter: Counter, n: u64) {
@@ -271,37 +336,73 @@ fn add_counter(harvest: &mut Harvest, counter: Counter, n: u64) {
     }
 }
 
+/// The keys an entry was split into, each with its total time.
+type Parts = Vec<(AggKey, u64)>;
+
 /// The side tables keyed by entry (holders waited behind, waits a hold caused, where a hold
-/// slept) are not per event, so they cannot be split exactly: they follow the largest part
-/// (by total time) of each split entry, usually the long events that were all copied.
-fn follow_largest_parts(harvest: &mut Harvest, largest: &HashMap<AggKey, (AggKey, u64)>) {
-    let moved = |key: &AggKey| largest.get(key).map_or(*key, |(to, _)| *to);
-    let holder_moves: HashMap<HolderSig, i32> = largest
-        .iter()
-        .filter(|(from, _)| from.kind == KIND_HOLD)
-        .map(|(from, (to, _))| (HolderSig::of_hold(from), to.user_stack))
-        .collect();
+/// slept) are not per event, so they are split like their entries, in proportion to the parts'
+/// total time: a waiter's record across the waiter's parts, then across its holder's parts.
+fn split_side_tables(harvest: &mut Harvest, split_into: &HashMap<AggKey, Parts>) {
+    let parts_of = |key: &AggKey| {
+        split_into
+            .get(key)
+            .cloned()
+            .unwrap_or_else(|| vec![(*key, 1)])
+    };
+    let mut holder_parts: HashMap<HolderSig, HashMap<i32, u64>> = HashMap::new();
+    for (from, parts) in split_into.iter().filter(|(from, _)| from.kind == KIND_HOLD) {
+        let stacks = holder_parts.entry(HolderSig::of_hold(from)).or_default();
+        for (key, ns) in parts {
+            *stacks.entry(key.user_stack).or_default() += ns;
+        }
+    }
     let mut blocked: HashMap<BlockKey, BlockValue> = HashMap::new();
     for (key, value) in &harvest.blocked {
-        let mut key = *key;
-        key.waiter = moved(&key.waiter);
-        if let Some(&user_stack) = holder_moves.get(&HolderSig::of_holder(&key.holder)) {
-            key.holder.user_stack = user_stack;
+        let holders: Vec<(i32, u64)> = holder_parts
+            .get(&HolderSig::of_holder(&key.holder))
+            .map(|stacks| stacks.iter().map(|(&id, &ns)| (id, ns)).collect())
+            .unwrap_or_else(|| vec![(key.holder.user_stack, 1)]);
+        for (waiter, part) in split_value(value, &parts_of(&key.waiter)) {
+            for (user_stack, piece) in split_value(&part, &holders) {
+                let mut into_key = *key;
+                into_key.waiter = waiter;
+                into_key.holder.user_stack = user_stack;
+                let into = blocked.entry(into_key).or_default();
+                into.count += piece.count;
+                into.wait_ns += piece.wait_ns;
+            }
         }
-        let into = blocked.entry(key).or_default();
-        into.count += value.count;
-        into.wait_ns += value.wait_ns;
     }
     harvest.blocked = blocked.into_iter().collect();
     let mut sleeps: HashMap<SleepKey, u64> = HashMap::new();
     for (key, ns) in &harvest.sleeps {
-        let key = SleepKey {
-            hold: moved(&key.hold),
-            ..*key
-        };
-        *sleeps.entry(key).or_default() += ns;
+        let parts = parts_of(&key.hold);
+        let weights: Vec<u64> = parts.iter().map(|p| p.1).collect();
+        for ((hold, _), piece) in parts.iter().zip(split(*ns, &weights)) {
+            if piece > 0 {
+                *sleeps
+                    .entry(SleepKey {
+                        hold: *hold,
+                        ..*key
+                    })
+                    .or_default() += piece;
+            }
+        }
     }
     harvest.sleeps = sleeps.into_iter().collect();
+}
+
+/// A blocked-by value split by weight over `parts`; empty pieces left out.
+fn split_value<K: Copy>(value: &BlockValue, parts: &[(K, u64)]) -> Vec<(K, BlockValue)> {
+    let weights: Vec<u64> = parts.iter().map(|p| p.1).collect();
+    let counts = split(value.count, &weights);
+    let waits = split(value.wait_ns, &weights);
+    parts
+        .iter()
+        .zip(counts.into_iter().zip(waits))
+        .filter(|(_, (count, wait_ns))| *count > 0 || *wait_ns > 0)
+        .map(|((key, _), (count, wait_ns))| (*key, BlockValue { count, wait_ns }))
+        .collect()
 }
 
 /// Subtracts `value` from `entry` (no more than it has: the kernel may have dropped an update
@@ -404,7 +505,7 @@ mod tests {
     fn unwound_events_move_out_of_their_entry_exactly() {
         let fp = key(5);
         let mut harvest = Harvest {
-            entries: vec![entry(fp, &[1000, 2000, 50_000])],
+            entries: vec![entry(fp, &[2000, 50_000])],
             ..Harvest::default()
         };
         let mut u = Unwound::default();
@@ -412,19 +513,12 @@ mod tests {
         u.add(&event(fp, 2000), stack(&[0x10, 0x20, 0x30], false));
         u.apply_to(&mut harvest);
 
-        assert_eq!(harvest.entries.len(), 2);
-        let rest = harvest.entries.iter().find(|e| e.key == fp).unwrap();
-        let moved = harvest.entries.iter().find(|e| e.key != fp).unwrap();
-        assert_eq!((rest.value.count, rest.value.total_ns), (1, 1000));
+        assert_eq!(harvest.entries.len(), 1);
+        let moved = &harvest.entries[0];
         assert_eq!((moved.value.count, moved.value.total_ns), (2, 52_000));
         assert_eq!(moved.value.max_ns, 50_000);
-        assert_eq!(
-            (rest.value.contended_ns, moved.value.contended_ns),
-            (20, 80)
-        );
-        // The remainder lost its maximum: only its histogram slot bounds it now.
-        assert!(rest.max_is_upper_bound && rest.value.max_ns >= 1000);
-        assert_eq!(rest.value.hist.iter().sum::<u64>(), 1);
+        assert!(!moved.max_is_upper_bound);
+        assert_eq!(moved.value.contended_ns, 80);
         assert_eq!(
             UserStackKind::of(moved.key.user_stack),
             UserStackKind::Dwarf
@@ -434,6 +528,53 @@ mod tests {
             vec![0x10, 0x20, 0x30]
         );
         assert_eq!(moved.key.kernel_stack, fp.kernel_stack);
+        assert!(harvest.estimated_user_stacks.is_empty());
+    }
+
+    #[test]
+    fn events_left_uncopied_are_spread_over_the_unwound_stacks_in_proportion() {
+        let fp = key(5);
+        // Six events; three copied: two unwound to stack a, one to stack b.
+        let mut harvest = Harvest {
+            entries: vec![entry(fp, &[1000, 1000, 1000, 4000, 4000, 8000])],
+            ..Harvest::default()
+        };
+        let mut u = Unwound::default();
+        u.add(&event(fp, 4000), stack(&[0xa], false));
+        u.add(&event(fp, 4000), stack(&[0xa], false));
+        u.add(&event(fp, 8000), stack(&[0xb], false));
+        u.apply_to(&mut harvest);
+
+        assert!(harvest.entries.iter().all(|e| e.key != fp), "nothing left");
+        let total: u64 = harvest.entries.iter().map(|e| e.value.count).sum();
+        let ns: u64 = harvest.entries.iter().map(|e| e.value.total_ns).sum();
+        let contended: u64 = harvest.entries.iter().map(|e| e.value.contended_ns).sum();
+        assert_eq!((total, ns, contended), (6, 19_000, 100));
+        let of = |addr: u64| {
+            harvest
+                .entries
+                .iter()
+                .find(|e| harvest.stacks[&e.key.user_stack] == vec![addr])
+                .unwrap()
+        };
+        // The three uncopied events (3000 ns) go 2:1.
+        assert_eq!((of(0xa).value.count, of(0xa).value.total_ns), (4, 10_000));
+        assert_eq!((of(0xb).value.count, of(0xb).value.total_ns), (2, 9000));
+        assert!(of(0xa).value.max_ns >= 4000 && of(0xb).value.max_ns == 8000);
+        for e in &harvest.entries {
+            assert!(e.max_is_upper_bound);
+            assert_eq!(e.value.hist.iter().sum::<u64>(), e.value.count);
+            assert!(harvest.estimated_user_stacks.contains(&e.key));
+        }
+    }
+
+    #[test]
+    fn split_is_proportional_and_exact() {
+        assert_eq!(split(10, &[1, 1]), vec![5, 5]);
+        assert_eq!(split(10, &[2, 1]), vec![7, 3]);
+        assert_eq!(split(1, &[1, 1, 1]).iter().sum::<u64>(), 1);
+        assert_eq!(split(0, &[3, 4]), vec![0, 0]);
+        assert_eq!(split(u64::MAX, &[1, 1]).iter().sum::<u64>(), u64::MAX);
     }
 
     #[test]
@@ -507,9 +648,79 @@ mod tests {
         assert_eq!(block.waiter, new_wait.key);
         assert_eq!(block.holder.user_stack, new_hold.key.user_stack);
         assert_eq!(harvest.sleeps[0].0.hold, new_hold.key);
-        // The remainder's maximum is bounded by its total.
-        let rest = harvest.entries.iter().find(|e| e.key == hold).unwrap();
-        assert!(rest.value.max_ns <= rest.value.total_ns);
+        // The uncopied short hold joined the unwound one.
+        assert_eq!(new_hold.value.count, 2);
+        assert!(harvest.entries.iter().all(|e| e.key != hold));
+    }
+
+    #[test]
+    fn side_records_are_split_like_their_entries() {
+        let hold = AggKey {
+            kind: KIND_HOLD,
+            ..key(5)
+        };
+        let wait = key(6);
+        let holder = HolderKey {
+            kernel_stack: hold.kernel_stack,
+            user_stack: hold.user_stack,
+            mode: hold.mode,
+            ..HolderKey::default()
+        };
+        let mut harvest = Harvest {
+            entries: vec![entry(hold, &[1000, 1000, 2000]), entry(wait, &[500])],
+            blocked: vec![(
+                BlockKey {
+                    waiter: wait,
+                    holder,
+                },
+                BlockValue {
+                    count: 4,
+                    wait_ns: 400,
+                },
+            )],
+            sleeps: vec![(
+                SleepKey {
+                    hold,
+                    stack: 4,
+                    _pad: 0,
+                },
+                1000,
+            )],
+            ..Harvest::default()
+        };
+        let mut u = Unwound::default();
+        u.add(&event(hold, 1000), stack(&[0xa], false));
+        u.add(&event(hold, 1000), stack(&[0xa], false));
+        u.add(&event(hold, 2000), stack(&[0xb], false));
+        u.add(&event(wait, 500), stack(&[0xc], false));
+        u.apply_to(&mut harvest);
+        let id_of = |addr: u64| {
+            *harvest
+                .stacks
+                .iter()
+                .find(|(_, s)| **s == vec![addr])
+                .unwrap()
+                .0
+        };
+        let (a, b, c) = (id_of(0xa), id_of(0xb), id_of(0xc));
+        let mut records: Vec<(i32, i32, u64, u64)> = harvest
+            .blocked
+            .iter()
+            .map(|(k, v)| (k.waiter.user_stack, k.holder.user_stack, v.count, v.wait_ns))
+            .collect();
+        records.sort();
+        let mut expected = vec![(c, a, 2, 200), (c, b, 2, 200)];
+        expected.sort();
+        assert_eq!(records, expected);
+        let mut sleeps: Vec<(i32, u64)> = harvest
+            .sleeps
+            .iter()
+            .map(|(k, ns)| (k.hold.user_stack, *ns))
+            .collect();
+        sleeps.sort();
+        let mut expected = vec![(a, 500), (b, 500)];
+        expected.sort();
+        assert_eq!(sleeps, expected);
     }
 
     #[test]
@@ -545,10 +756,11 @@ mod tests {
         u.add(&event(fp, 7000), stack(&[1, 2], false));
         u.apply_to(&mut now);
         let window = super::super::delta::since(&now, &before);
-        let moved = window.entries.iter().find(|e| e.key != fp).unwrap();
-        let rest = window.entries.iter().find(|e| e.key == fp).unwrap();
-        assert_eq!((moved.value.count, moved.value.total_ns), (1, 7000));
-        assert_eq!((rest.value.count, rest.value.total_ns), (1, 500));
+        // One stack took everything: the copied 7000 and the uncopied 500 of the interval.
+        assert_eq!(window.entries.len(), 1, "{:?}", window.entries);
+        let moved = &window.entries[0];
+        assert_ne!(moved.key, fp);
+        assert_eq!((moved.value.count, moved.value.total_ns), (2, 7500));
     }
 
     fn copy(tid: u32, copy_id: u64) -> StackCopy {

@@ -352,7 +352,12 @@ fn tags(e: &Entry, name_process: bool) -> String {
         e.cause.label().to_string(),
     ]);
     if e.user_stack != UserStackKind::None {
-        tags.push(format!("user stack: {}", e.user_stack.name()));
+        let estimated = if e.user_stack_estimated {
+            " (sampled)"
+        } else {
+            ""
+        };
+        tags.push(format!("user stack: {}{estimated}", e.user_stack.name()));
     }
     if let Some(locker) = &e.locker {
         let comm = locker.comm.as_deref().unwrap_or("?");

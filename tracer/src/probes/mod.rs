@@ -311,6 +311,9 @@ fn configure_stack_copies(settings: &ProbeSettings, config: &mut Config) -> Resu
     config.user_stack_bytes = copies.bytes.clamp(1, tracer_common::USER_STACK_MAX as u32);
     config.user_stack_threshold_ns = copies.threshold_ns;
     config.user_stack_sample = copies.sample;
+    let ring = settings.ring_bytes.unwrap_or(user_stacks::RING_BYTES);
+    let cpus = aya::util::nr_cpus().map_err(|(_, e)| anyhow!("counting CPUs: {e}"))?;
+    config.user_stack_budget = user_stacks::copy_budget(ring, config.user_stack_bytes, cpus);
     Ok(true)
 }
 
@@ -347,6 +350,7 @@ fn read_maps(
         })?,
         features,
         timeline,
+        estimated_user_stacks: HashSet::new(),
     };
     let ids: HashSet<u32> = harvest
         .stack_refs()

@@ -7,8 +7,8 @@ use aya::{
     Ebpf,
 };
 use tracer_common::{
-    UserStackCopyHeader, UserStackEvent, USER_STACK_MAX, USER_STACK_RECORD_COPY,
-    USER_STACK_RECORD_EVENT,
+    UserStackCopyHeader, UserStackEvent, USER_STACK_MAX, USER_STACK_MAX_PAGES, USER_STACK_PAGE,
+    USER_STACK_RECORD_COPY, USER_STACK_RECORD_EVENT, USER_STACK_SMALL_PAGES,
 };
 
 use crate::model::unwound::{StackCopy, StackRecord};
@@ -19,6 +19,16 @@ use crate::model::unwound::{StackCopy, StackRecord};
 pub const RING_BYTES: u32 = 8 << 20;
 /// Size when no copies are asked for (the smallest the kernel takes: one page).
 pub const RING_BYTES_OFF: u32 = 4096;
+
+/// Copies each CPU may make per budget window (the drain interval): together they fill at most
+/// half the ring between two drains, leaving room for the event records and for a late drain.
+pub fn copy_budget(ring_bytes: u32, window_bytes: u32, cpus: usize) -> u32 {
+    let pages = (window_bytes as usize).div_ceil(USER_STACK_PAGE) + 1;
+    let record = size_of::<UserStackCopyHeader>()
+        + USER_STACK_PAGE * pages.clamp(USER_STACK_SMALL_PAGES, USER_STACK_MAX_PAGES);
+    let copies = ring_bytes as usize / 2 / record / cpus.max(1);
+    copies.max(1) as u32
+}
 
 pub struct UserStackReader {
     ring: RingBuf<MapData>,
@@ -112,6 +122,17 @@ mod tests {
             decode(&record[..cut]).is_none(),
             "stack_len beyond the record"
         );
+    }
+
+    #[test]
+    fn the_copy_budget_fills_half_the_ring_per_drain() {
+        // Default 16 KiB window: 20 KiB records, 204 fit in half of 8 MiB.
+        assert_eq!(copy_budget(RING_BYTES, 16384, 2), 102);
+        assert_eq!(copy_budget(RING_BYTES, 16384, 1), 204);
+        // A 64 KiB window takes the large record.
+        assert_eq!(copy_budget(RING_BYTES, 65536, 2), 31);
+        // Never 0: a tiny ring still tries (and counts what does not fit).
+        assert_eq!(copy_budget(4096, 16384, 64), 1);
     }
 
     #[test]

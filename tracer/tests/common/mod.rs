@@ -22,6 +22,11 @@ pub fn json(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("invalid JSON ({e}):\n{text}"))
 }
 
+/// A JSON number that must be a u64.
+pub fn u(v: &serde_json::Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a u64: {v}"))
+}
+
 pub fn entries(report: &serde_json::Value) -> &Vec<serde_json::Value> {
     report["entries"].as_array().expect("entries array")
 }
