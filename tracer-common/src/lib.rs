@@ -387,7 +387,10 @@ pub struct Config {
     /// buffer that user space drains in that time, so that a busy target is sampled rather than
     /// filling the ring.
     pub user_stack_budget: u32,
-    pub _pad2: u32,
+    /// Non-zero: attribute waits and holds (fault and syscall causes, the holders waited
+    /// behind, the holding thread for the off-CPU split). 0 is the timing-only mode (`--lean`):
+    /// the verifier prunes all of it from the lock programs.
+    pub attribution: u32,
 }
 
 impl Config {
@@ -423,7 +426,7 @@ impl Config {
         pt_regs_orig_ax: 0,
         user_regs_known: 0,
         user_stack_budget: 0,
-        _pad2: 0,
+        attribution: 0,
     };
 }
 

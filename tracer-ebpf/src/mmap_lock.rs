@@ -93,45 +93,36 @@ fn on_lock_event(ctx: &TracePointContext, hook: Hook) -> Result<(), i64> {
     };
     let st = unsafe { &mut *state };
     let is_start = matches!(event, LockEvent::StartLocking { .. });
-    let faulting = is_start && faults::explains_lock(&locker);
+    let attribute = cfg.attribution != 0;
+    let faulting = attribute && is_start && faults::explains_lock(&locker);
     let (held_since, held_mode) = (st.hold_start_ns, st.hold_mode);
     let waiting_for_write = st.wait_start_ns != 0 && st.wait_mode == MODE_WRITE;
     let now = unsafe { bpf_ktime_get_ns() };
     let effects = st.step(event, now);
 
     if is_start && st.wait_start_ns == now {
-        // A new wait (not the fault path's lock after its failed trylock): note its holders.
-        st.fault = faulting as u8;
-        if faulting {
-            faults::count_fault_lock();
-        }
-        st.blockers = blockers::begin_wait(mm, locker.tid, st.wait_mode == MODE_WRITE);
-        // Queued behind a holder, this wait will most likely cross the stack threshold; and a
-        // hold whose predecessor for the same cause did will likely do so again. Walk the
-        // stacks now rather than at acquire or release, which run inside the critical
-        // section where every waiter pays for the walk.
-        // A sample of the other operations gets its stacks too (`user_copy_sampled` keeps
-        // them whatever their length), so that the common short paths are named.
-        let expected_long = st.blockers.count != 0
-            || st.expects_long_hold(syscalls::current(&locker))
-            || user_stacks::sample_at_start(&locker, st);
-        if st.start_kernel_stack == NO_STACK && expected_long {
-            (st.start_kernel_stack, st.start_user_stack) = walk_stacks(ctx);
-            user_stacks::copy_at_start(&locker, st, now);
+        // A new wait (not the fault path's lock after its failed trylock).
+        if attribute {
+            begin_attributed_wait(ctx, &locker, mm, st, now, faulting);
         }
     } else if faulting {
         st.fault = 1;
     }
-    // A writer whose wait ended without the lock (interrupted, trylock missed) leaves the queue.
-    // Plain field tests rather than matching the Option effects: LLVM packs those into code
-    // the verifier rejects here.
-    if waiting_for_write && st.wait_start_ns == 0 && st.hold_start_ns != now {
-        blockers::abandon_wait(mm, locker.tid);
+    let mut ended = EndedHold::default();
+    let mut syscall = 0;
+    if attribute {
+        // A writer whose wait ended without the lock (interrupted, trylock missed) leaves the
+        // queue. Plain field tests rather than matching the Option effects: LLVM packs those
+        // into code the verifier rejects here.
+        if waiting_for_write && st.wait_start_ns == 0 && st.hold_start_ns != now {
+            blockers::abandon_wait(mm, locker.tid);
+        }
+        ended = blockers::track_holders(mm, locker.tid, held_since, held_mode, st);
+        track_holding_thread(locker.tid, mm, held_since != 0, st.hold_start_ns != 0);
+        syscall = syscalls::charge(&locker, &effects);
     }
-    let ended = blockers::track_holders(mm, locker.tid, held_since, held_mode, st);
-    track_holding_thread(locker.tid, mm, held_since != 0, st.hold_start_ns != 0);
     let reason = Reason {
-        syscall: syscalls::charge(&locker, &effects),
+        syscall,
         fault: st.fault,
     };
     apply(ctx, &locker, &effects, reason, st, ended);
@@ -144,6 +135,37 @@ fn on_lock_event(ctx: &TracePointContext, hook: Hook) -> Result<(), i64> {
         st.reset_keeping_history();
     }
     Ok(())
+}
+
+/// A new wait with attribution on: whether it serves a fault, which holders it waits behind,
+/// and, when it is expected to be long, its stacks (and user stack copy) taken now.
+#[inline(always)]
+fn begin_attributed_wait(
+    ctx: &TracePointContext,
+    locker: &Locker,
+    mm: u64,
+    st: &mut LockState,
+    now: u64,
+    faulting: bool,
+) {
+    st.fault = faulting as u8;
+    if faulting {
+        faults::count_fault_lock();
+    }
+    st.blockers = blockers::begin_wait(mm, locker.tid, st.wait_mode == MODE_WRITE);
+    // Queued behind a holder, this wait will most likely cross the stack threshold; and a hold
+    // whose predecessor for the same cause did will likely do so again. Walk the stacks now
+    // rather than at acquire or release, which run inside the critical section where every
+    // waiter pays for the walk. A sample of the other operations gets its stacks too
+    // (`user_copy_sampled` keeps them whatever their length), so that the common short paths
+    // are named.
+    let expected_long = st.blockers.count != 0
+        || st.expects_long_hold(syscalls::current(locker))
+        || user_stacks::sample_at_start(locker, st);
+    if st.start_kernel_stack == NO_STACK && expected_long {
+        (st.start_kernel_stack, st.start_user_stack) = walk_stacks(ctx);
+        user_stacks::copy_at_start(locker, st, now);
+    }
 }
 
 #[inline(always)]

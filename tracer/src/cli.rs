@@ -155,6 +155,12 @@ pub struct Cli {
     #[arg(long, default_value_t = 64, value_name = "N")]
     pub user_stack_sample: u32,
 
+    /// Timing only, the cheapest mode: waits and holds per mode, with no stacks, causes, holder
+    /// attribution, off-CPU split or fault and syscall programs (only the three mmap_lock
+    /// tracepoints are attached).
+    #[arg(long, conflicts_with_all = ["user_stack", "stack_threshold", "per_thread"])]
+    pub lean: bool,
+
     /// Same as --user-stack none (kept for older scripts).
     #[arg(long, hide = true)]
     pub no_user_stacks: bool,
@@ -181,9 +187,18 @@ pub struct Cli {
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
 
 impl Cli {
+    /// `--stack-threshold`, or never with --lean.
+    pub fn stack_threshold(&self) -> u64 {
+        if self.lean {
+            u64::MAX
+        } else {
+            self.stack_threshold
+        }
+    }
+
     /// `--user-stack`, with the older `--no-user-stacks` meaning `none`.
     pub fn user_stack(&self) -> UserStackArg {
-        if self.no_user_stacks {
+        if self.no_user_stacks || self.lean {
             UserStackArg::None
         } else {
             self.user_stack

@@ -54,7 +54,8 @@ pub fn run(mut cli: Cli) -> Result<i32> {
     }
     let offsets = KernelOffsets::from_running_kernel()?;
     let settings = ProbeSettings {
-        stack_threshold_ns: cli.stack_threshold,
+        stack_threshold_ns: cli.stack_threshold(),
+        attribution: !cli.lean,
         // The live view can switch to per-thread rows at any time: collect per thread and
         // merge threads in user space when they are not wanted.
         per_thread: cli.per_thread || matches!(view, View::Live { .. }),
@@ -122,7 +123,7 @@ pub fn run(mut cli: Cli) -> Result<i32> {
         .enable_io()
         .build()
         .context("starting the event loop")?;
-    let windows = Windows::new(&targets, &comm, cli.stack_threshold);
+    let windows = Windows::new(&targets, &comm, cli.stack_threshold());
     let (watch, symbolizer) = match view {
         View::Final => {
             let watch = runtime.block_on(watch_until_done(
@@ -293,7 +294,7 @@ fn finish(
         duration_ns: watch.elapsed.as_nanos() as u64,
         thread_time_ns: watch.thread_time_ns,
         exited: watch.exited,
-        stack_threshold_ns: cli.stack_threshold,
+        stack_threshold_ns: cli.stack_threshold(),
         thread_names: watch.thread_names,
     };
     let report = build_report(&harvest, &symbols, &meta);

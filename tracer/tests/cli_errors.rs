@@ -35,6 +35,15 @@ fn all_with_pids_is_refused() {
 }
 
 #[test]
+fn lean_with_user_stacks_is_refused() {
+    let out = run(&["--lean", "--user-stack", "dwarf", "-p", "1"]);
+    assert_one_line_error(
+        &out,
+        "the argument '--lean' cannot be used with '--user-stack",
+    );
+}
+
+#[test]
 fn unwritable_output_is_refused_before_tracing() {
     let me = std::process::id().to_string();
     let out = run(&["-p", &me, "-o", "/nonexistent-mmapsem-dir/report.json"]);

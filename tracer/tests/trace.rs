@@ -129,6 +129,32 @@ fn known_write_hold_matches_the_workloads_own_measurement() {
     assert_eq!(longest["cause"], "mprotect", "{longest}");
 }
 
+/// --lean keeps the timing exact and takes nothing else: no optional program, no stacks.
+#[test]
+fn lean_mode_times_the_known_hold_without_stacks_or_attribution() {
+    if !bpf_available("lean_mode_times_the_known_hold_without_stacks_or_attribution") {
+        return;
+    }
+    let _serial = serial();
+    let (result, workload_out) = trace_workload(
+        &["hold", "--size-mib", "256", "--repeat", "3"],
+        &["--format", "json", "--lean"],
+    );
+    let report = json(&result.stdout);
+    let measured = value_of(&workload_out, "max_mprotect_ns") as f64;
+    let traced = report["totals"]["write"]["max_hold_ns"].as_u64().unwrap() as f64;
+    let error = (traced - measured).abs() / measured;
+    assert!(error < 0.10, "max write hold {traced} ns vs {measured} ns");
+    for f in ["contention", "faults", "syscalls", "offcpu"] {
+        assert_eq!(report["features"][f], false, "{}", report["features"]);
+    }
+    assert!(!entries(&report).is_empty());
+    for e in entries(&report) {
+        assert_eq!(e["stack_collected"], false, "{e}");
+        assert!(e["frames"].as_array().unwrap().is_empty(), "{e}");
+    }
+}
+
 #[test]
 fn proc_maps_reader_is_an_outside_locker() {
     if !bpf_available("proc_maps_reader_is_an_outside_locker") {

@@ -47,14 +47,17 @@ enum Tool {
     Mmapsem,
     /// Frame-pointer user stacks only: the difference to `Mmapsem` is what the copies cost.
     MmapsemFp,
+    /// Timing only: the floor of the lock programs' cost.
+    MmapsemLean,
     Bpftrace,
 }
 
 impl Tool {
-    const ALL: [Self; 4] = [
+    const ALL: [Self; 5] = [
         Self::Untraced,
         Self::Mmapsem,
         Self::MmapsemFp,
+        Self::MmapsemLean,
         Self::Bpftrace,
     ];
 
@@ -63,12 +66,13 @@ impl Tool {
             Self::Untraced => "untraced",
             Self::Mmapsem => "mmapsem-trace",
             Self::MmapsemFp => "mmapsem-trace --user-stack fp",
+            Self::MmapsemLean => "mmapsem-trace --lean",
             Self::Bpftrace => "bpftrace",
         }
     }
 
     fn is_mmapsem(self) -> bool {
-        matches!(self, Self::Mmapsem | Self::MmapsemFp)
+        matches!(self, Self::Mmapsem | Self::MmapsemFp | Self::MmapsemLean)
     }
 }
 
@@ -174,6 +178,7 @@ fn run_once(scenario: &Scenario, tool: Tool, seconds: u32) -> Result<Sample> {
         Tool::Untraced => None,
         Tool::Mmapsem => Some(start_mmapsem(pid, &report, &[])?),
         Tool::MmapsemFp => Some(start_mmapsem(pid, &report, &["--user-stack", "fp"])?),
+        Tool::MmapsemLean => Some(start_mmapsem(pid, &report, &["--lean"])?),
         Tool::Bpftrace => Some(start_bpftrace(pid)?),
     };
     let tracer_pid = tracer.as_ref().map(|t| t.child.id());
@@ -478,7 +483,8 @@ fn render_results(
     let mut out = String::new();
     out.push_str(&format!(
         "Run of {} (kernel {}, {} CPUs, {}; load average {} at the start), {} repetitions of \
-         {} s each, alternating untraced / mmapsem-trace / bpftrace.\n\n",
+         {} s each, alternating untraced / mmapsem-trace (default, --user-stack fp, --lean) / \
+         bpftrace.\n\n",
         machine.date,
         machine.kernel,
         machine.cpus,
@@ -518,7 +524,9 @@ fn render_results(
                         .map(|k| format!("{:.1}", k as f64 / 1024.0))
                 ),
                 cell(match tool {
-                    Tool::Mmapsem | Tool::MmapsemFp => Some(lost_summary(runs)),
+                    Tool::Mmapsem | Tool::MmapsemFp | Tool::MmapsemLean => {
+                        Some(lost_summary(runs))
+                    }
                     Tool::Bpftrace => Some("not counted".to_owned()),
                     Tool::Untraced => None,
                 }),
@@ -530,7 +538,12 @@ fn render_results(
          | workload | tracer | program | events | ns/event |\n|---|---|---|---:|---:|\n",
     );
     for (index, scenario) in scenarios.iter().enumerate() {
-        for tool in [Tool::Mmapsem, Tool::MmapsemFp, Tool::Bpftrace] {
+        for tool in [
+            Tool::Mmapsem,
+            Tool::MmapsemFp,
+            Tool::MmapsemLean,
+            Tool::Bpftrace,
+        ] {
             let Some(runs) = samples.get(&(index, tool)) else {
                 continue;
             };

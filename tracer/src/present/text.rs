@@ -226,7 +226,9 @@ fn block(out: &mut String, e: &Entry, threshold_ns: u64, name_process: bool) {
         e.count,
         tags(e, name_process)
     );
-    if !e.stack_collected {
+    if !e.stack_collected && threshold_ns == u64::MAX {
+        let _ = writeln!(out, "=== (no stack: --lean takes none)");
+    } else if !e.stack_collected {
         let _ = writeln!(
             out,
             "=== (no stack: each under the {} stack threshold, see --stack-threshold)",

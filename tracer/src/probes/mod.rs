@@ -38,6 +38,8 @@ static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"),
 #[derive(Clone, Debug)]
 pub struct ProbeSettings {
     pub stack_threshold_ns: u64,
+    /// Fault, syscall, holder and off-CPU attribution (all but `--lean`).
+    pub attribution: bool,
     pub per_thread: bool,
     pub user_stacks: bool,
     pub max_entries: u32,
@@ -135,6 +137,7 @@ impl Probes {
             task_flags_offset: offsets.task_flags,
             mm_mmap_lock_offset: offsets.mm_mmap_lock,
             stack_threshold_ns: settings.stack_threshold_ns,
+            attribution: settings.attribution as u32,
             tracer_tgid: std::process::id(),
             per_thread: settings.per_thread as u32,
             user_stacks: settings.user_stacks as u32,
@@ -187,11 +190,15 @@ impl Probes {
             None
         };
         mmap_lock::attach(&mut ebpf)?;
-        let features = Features {
-            contention: contention::attach(&mut ebpf, tracefs)?,
-            faults: faults::attach(&mut ebpf, tracefs, config.user_regs_known != 0)?,
-            syscalls: syscalls::attach(&mut ebpf, tracefs)?,
-            offcpu: sched::attach(&mut ebpf)?,
+        let features = if settings.attribution {
+            Features {
+                contention: contention::attach(&mut ebpf, tracefs)?,
+                faults: faults::attach(&mut ebpf, tracefs, config.user_regs_known != 0)?,
+                syscalls: syscalls::attach(&mut ebpf, tracefs)?,
+                offcpu: sched::attach(&mut ebpf)?,
+            }
+        } else {
+            Features::default()
         };
         Ok(Self {
             ebpf,
