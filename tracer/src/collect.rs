@@ -9,7 +9,7 @@ use anyhow::{Context as _, Result};
 use tokio::signal::unix::{signal, SignalKind};
 use tracer_common::FAULTS_USER;
 
-use crate::model::unwound::{PendingCopies, StackRecord, Unwound};
+use crate::model::unwound::{splice, PendingCopies, StackRecord, Unwound};
 use crate::model::{build_report, delta, Harvest, LiveSnapshot, Report, TraceMeta};
 use crate::probes::Probes;
 use crate::symbolize::StackSymbolizer;
@@ -76,7 +76,13 @@ impl Watch {
     /// Pairs the kernel's stack copies with the events that use them and unwinds each copy
     /// (once) against the mappings seen, re-reading a process's mappings once when a copy's ip
     /// lies outside them (a library loaded since the last look).
-    pub fn unwind(&mut self, records: Vec<StackRecord>) {
+    /// A truncated stack is completed from the frame-pointer stack of the same event
+    /// (`fp_stack` reads it by id) where the two meet.
+    pub fn unwind(
+        &mut self,
+        records: Vec<StackRecord>,
+        fp_stack: impl Fn(i32) -> Option<Vec<u64>>,
+    ) {
         let mut refreshed = HashSet::new();
         for record in records {
             let event = match record {
@@ -95,7 +101,11 @@ impl Watch {
                 }
                 unwinder.unwind(pid, copy, history)
             });
-            if let Some(stack) = stack {
+            if let Some(mut stack) = stack {
+                if stack.truncated {
+                    let fp = fp_stack(event.key.user_stack).unwrap_or_default();
+                    stack = splice(&stack, &fp).unwrap_or(stack);
+                }
                 self.unwound.add(&event, stack);
             }
         }
@@ -186,7 +196,7 @@ pub async fn watch_until_done(
         watch.elapsed = start.elapsed();
         probes.drain_timeline();
         let copies = probes.drain_user_stacks();
-        watch.unwind(copies);
+        watch.unwind(copies, |id| probes.stack(id));
         if let Targets::Pids(pids) = targets {
             if !pids.iter().any(|&p| procfs::is_alive(p)) {
                 watch.exited = true;

@@ -242,7 +242,7 @@ fn finish(
     // Disarmed first, so that no copy arrives after the last drain.
     probes.set_armed(false)?;
     let records = probes.drain_user_stacks();
-    watch.unwind(records);
+    watch.unwind(records, |id| probes.stack(id));
     log_copy_use(&watch.pending_copies.stats, watch.unwound.events());
     let mut harvest = probes.harvest()?;
     watch.complete(&mut harvest);

@@ -168,6 +168,34 @@ pub struct UnwoundStack {
     pub truncated: bool,
 }
 
+/// Completes a truncated unwound stack with the frame-pointer stack of the same event, when
+/// both pass through the same return address after the first frame: CFI unwinding can stop
+/// where frame pointers go on (a routine whose CFI the unwinder misreads in a program built
+/// with frame pointers). The result is the unwound frames up to the last one they share, then
+/// the frame-pointer frames beyond it. None when they share no such frame.
+pub fn splice(unwound: &UnwoundStack, fp: &[u64]) -> Option<UnwoundStack> {
+    if !unwound.truncated {
+        return None;
+    }
+    let (at_unwound, at_fp) = unwound
+        .addrs
+        .iter()
+        .enumerate()
+        .skip(1)
+        .rev()
+        .find_map(|(i, addr)| Some((i, 1 + fp.get(1..)?.iter().position(|a| a == addr)?)))?;
+    let tail = fp.get(at_fp + 1..)?;
+    if tail.is_empty() {
+        return None;
+    }
+    let mut addrs = unwound.addrs[..=at_unwound].to_vec();
+    addrs.extend_from_slice(tail);
+    Some(UnwoundStack {
+        addrs,
+        truncated: false,
+    })
+}
+
 /// Every unwound event of the trace so far, summed per (kernel key, unwound stack).
 #[derive(Clone, Debug, Default)]
 pub struct Unwound {
@@ -721,6 +749,23 @@ mod tests {
         let mut expected = vec![(a, 500), (b, 500)];
         expected.sort();
         assert_eq!(sleeps, expected);
+    }
+
+    #[test]
+    fn truncated_stacks_are_completed_from_the_frame_pointer_walk() {
+        // CFI: munmap, unmap_region, read_file, worker, begin, then garbage.
+        let unwound = stack(&[0x10, 0x20, 0x30, 0x40, 0x50, 0x7ffc_dead], true);
+        // Frame pointers: munmap, (unmap_region missed), read_file, worker, begin, shim, start.
+        let fp = [0x10, 0x30, 0x40, 0x50, 0x60, 0x70];
+        assert_eq!(
+            splice(&unwound, &fp),
+            Some(stack(&[0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70], false))
+        );
+        // Nothing shared after the first frame, or nothing beyond the shared one: no splice.
+        assert_eq!(splice(&stack(&[0x10, 0x99], true), &fp), None);
+        assert_eq!(splice(&stack(&[0x10, 0x70], true), &fp), None);
+        // A complete stack is left alone.
+        assert_eq!(splice(&stack(&[0x10, 0x20], false), &fp), None);
     }
 
     #[test]

@@ -263,6 +263,14 @@ impl Probes {
             .unwrap_or_default()
     }
 
+    /// The frames of one stack of the stack map (a frame-pointer user stack, say), if it is
+    /// still there.
+    pub fn stack(&self, id: i32) -> Option<Vec<u64>> {
+        let map: StackTraceMap<&MapData> = map_ref(&self.ebpf, "STACKS").ok()?;
+        let ids = HashSet::from([u32::try_from(id).ok()?]);
+        read_stacks(&map, &ids).remove(&id)
+    }
+
     /// Reads the cumulative maps while the programs keep running (the live and interval
     /// views). The timeline is left alone: it is drained by `drain_timeline` and `harvest`.
     pub fn snapshot(&self) -> Result<Harvest> {
