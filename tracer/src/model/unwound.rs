@@ -624,64 +624,6 @@ mod tests {
     }
 
     #[test]
-    fn holder_and_waiter_records_follow_the_largest_part() {
-        let hold = AggKey {
-            kind: KIND_HOLD,
-            ..key(5)
-        };
-        let wait = key(6);
-        let holder = HolderKey {
-            kernel_stack: hold.kernel_stack,
-            user_stack: hold.user_stack,
-            mode: hold.mode,
-            ..HolderKey::default()
-        };
-        let mut harvest = Harvest {
-            entries: vec![entry(hold, &[100, 90_000]), entry(wait, &[80_000])],
-            blocked: vec![(
-                BlockKey {
-                    waiter: wait,
-                    holder,
-                },
-                BlockValue {
-                    count: 1,
-                    wait_ns: 80_000,
-                },
-            )],
-            sleeps: vec![(
-                SleepKey {
-                    hold,
-                    stack: 4,
-                    _pad: 0,
-                },
-                50_000,
-            )],
-            ..Harvest::default()
-        };
-        let mut u = Unwound::default();
-        u.add(&event(hold, 90_000), stack(&[1, 2], false));
-        u.add(&event(wait, 80_000), stack(&[3, 4], false));
-        u.apply_to(&mut harvest);
-        let new_hold = harvest
-            .entries
-            .iter()
-            .find(|e| e.key.kind == KIND_HOLD && e.key != hold)
-            .unwrap();
-        let new_wait = harvest
-            .entries
-            .iter()
-            .find(|e| e.key.kind != KIND_HOLD)
-            .unwrap();
-        let (block, _) = harvest.blocked[0];
-        assert_eq!(block.waiter, new_wait.key);
-        assert_eq!(block.holder.user_stack, new_hold.key.user_stack);
-        assert_eq!(harvest.sleeps[0].0.hold, new_hold.key);
-        // The uncopied short hold joined the unwound one.
-        assert_eq!(new_hold.value.count, 2);
-        assert!(harvest.entries.iter().all(|e| e.key != hold));
-    }
-
-    #[test]
     fn side_records_are_split_like_their_entries() {
         let hold = AggKey {
             kind: KIND_HOLD,
