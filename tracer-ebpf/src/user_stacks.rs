@@ -142,8 +142,11 @@ pub fn send_event(
     let long = ns >= cfg.user_stack_threshold_ns;
     let mut late_copy = false;
     if st.user_copy_id == 0 {
+        if !long {
+            return;
+        }
         let now = unsafe { bpf_ktime_get_ns() };
-        if !long || !within_budget(&cfg, now) {
+        if !within_budget(&cfg, now) {
             return;
         }
         if send_copy(&cfg, locker, now).is_none() {
