@@ -7,8 +7,8 @@
 //! operation worth unwinding, naming the copy (`PendingCopies` pairs them). Each event carries
 //! the key it was added under and its exact share of the entry (duration, slow-path and off-CPU
 //! time), so an unwound event is *moved*: subtracted from its entry and added to an entry keyed
-//! by the unwound stack. Counts and times stay exact; the remainder keeps
-//! the frame-pointer stack. Unwound stacks get synthetic ids (`UNWOUND_BASE` and up) that never
+//! by the unwound stack. Events that were not copied (the copy budget was spent) are shared
+//! among the entry's unwound stacks in the copied ones' proportions. Unwound stacks get synthetic ids (`UNWOUND_BASE` and up) that never
 //! collide with stack-map ids, and ride in `Harvest::stacks` like any other stack.
 
 use std::collections::{HashMap, HashSet};
@@ -150,14 +150,6 @@ impl PendingCopies {
             self.by_tid.remove(&tid);
         }
     }
-
-    pub fn len(&self) -> usize {
-        self.by_tid.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.by_tid.is_empty()
-    }
 }
 
 /// An unwound stack: instruction pointer, then return addresses, innermost first (the same
@@ -270,7 +262,7 @@ impl Unwound {
                     (key, take(entry, value))
                 })
                 .collect();
-            if entry.value.count > 0 && entry.key.kernel_stack != NO_STACK {
+            if entry.value.count > 0 {
                 // Operations not copied because the copy budget was spent are a time sample's
                 // complement: they take the unwound stacks in the copied ones' proportions.
                 spread(&std::mem::take(&mut entry.value), &mut parts);
@@ -784,7 +776,7 @@ mod tests {
         assert_eq!(wait, Some(stack(&[0xa, 0xb], false)));
         assert_eq!(hold, wait);
         assert_eq!(unwinds, 1);
-        assert!(pending.is_empty());
+        assert!(pending.by_tid.is_empty());
         assert_eq!(pending.stats.events, 2);
         assert_eq!(pending.stats.events_without_copy, 0);
     }
@@ -808,7 +800,7 @@ mod tests {
         for tid in 0..MAX_PENDING as u32 + 1 {
             pending.add_copy(copy(tid, 1000 + tid as u64));
         }
-        assert_eq!(pending.len(), MAX_PENDING);
+        assert_eq!(pending.by_tid.len(), MAX_PENDING);
         let unwind = |_: &StackCopy| stack(&[1], false);
         assert_eq!(pending.resolve(&use_of(0, 1000, true), unwind), None);
         assert!(pending.resolve(&use_of(1, 1001, true), unwind).is_some());
