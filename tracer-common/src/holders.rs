@@ -148,7 +148,8 @@ impl Holders {
 
     /// The holders a new waiter waits behind: the writer if there is one; else, for a reader,
     /// the queued writer it will wait for, then the readers (up to MAX_BLOCKERS in all). Each
-    /// is marked as having blocked someone.
+    /// is marked as having blocked someone. A reader with neither a writer holding nor one
+    /// queued waits behind nobody: the rwsem lets it in beside the other readers.
     #[inline(always)]
     pub fn blockers_of(&mut self, waiter_tid: u32, waiter_writes: bool) -> Blockers {
         let mut out = Blockers::default();
@@ -165,6 +166,9 @@ impl Holders {
             out.refs[0] = self.queued_writer;
             out.count = 1;
             out.write_mask = 1;
+        }
+        if !waiter_writes && out.count == 0 {
+            return out;
         }
         for i in 0..MAX_READERS {
             let slot = &mut self.readers[i];
@@ -218,11 +222,23 @@ mod tests {
         let mut h = Holders::default();
         h.add(false, 5, 1);
         h.add(false, 6, 2);
-        let b = h.blockers_of(5, false);
+        let b = h.blockers_of(5, true);
         assert_eq!(b.count, 1);
         assert_eq!(b.refs[0].tid, 6);
         assert_eq!(h.remove(false, 5).unwrap().blocked, 0);
         assert_eq!(h.remove(false, 6).unwrap().blocked, 1);
+    }
+
+    #[test]
+    fn a_reader_among_readers_waits_behind_nobody() {
+        let mut h = Holders::default();
+        h.add(false, 5, 1);
+        h.add(false, 6, 2);
+        let b = h.blockers_of(7, false);
+        assert_eq!(b.count, 0, "the rwsem lets a reader in beside readers");
+        // Nobody was blocked, so neither release needs its stacks kept.
+        assert_eq!(h.remove(false, 5).unwrap().blocked, 0);
+        assert_eq!(h.remove(false, 6).unwrap().blocked, 0);
     }
 
     #[test]

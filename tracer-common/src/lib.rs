@@ -391,6 +391,31 @@ pub struct Config {
     /// behind, the holding thread for the off-CPU split). 0 is the timing-only mode (`--lean`):
     /// the verifier prunes all of it from the lock programs.
     pub attribution: u32,
+    /// Non-zero: `--lean` with at most FAST_TARGETS listed targets, aggregated per target, mode,
+    /// kind and log2 slot in the LEAN_AGG array, found through FAST_TARGETS without a hash
+    /// lookup.
+    pub fast_targets: u32,
+    pub _pad: u32,
+}
+
+/// Targets the lean path recognises without a hash lookup.
+pub const FAST_TARGETS: usize = 8;
+
+/// The lean path's targets: slot i is the target `pids[i]` (0: free), whose mm is `mms[i]` once
+/// one of its threads locked it (learnt by the programs; a new mm after an exec replaces it).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FastTargets {
+    pub pids: [u32; FAST_TARGETS],
+    pub mms: [u64; FAST_TARGETS],
+}
+
+/// Entries of the LEAN_AGG per-CPU array: one per (target slot, kind, mode).
+pub const LEAN_AGG_SLOTS: u32 = (FAST_TARGETS * 4) as u32;
+
+#[inline(always)]
+pub fn lean_agg_index(slot: usize, kind: u8, mode: u8) -> u32 {
+    (slot as u32 % FAST_TARGETS as u32) * 4 + (kind as u32 & 1) * 2 + (mode as u32 & 1)
 }
 
 impl Config {
@@ -427,6 +452,8 @@ impl Config {
         user_regs_known: 0,
         user_stack_budget: 0,
         attribution: 0,
+        fast_targets: 0,
+        _pad: 0,
     };
 }
 
@@ -660,6 +687,7 @@ mod pod {
     unsafe impl aya::Pod for super::TimelineEvent {}
     unsafe impl aya::Pod for super::UserStackEvent {}
     unsafe impl aya::Pod for super::UserStackCopyHeader {}
+    unsafe impl aya::Pod for super::FastTargets {}
 }
 
 #[cfg(test)]
@@ -736,11 +764,11 @@ mod tests {
 
     #[test]
     fn config_has_no_implicit_padding() {
-        // 3 x TracepointFields (16) + 8 x u32 + 6 x i32 + u64 + 4 x u32 + 2 x u64 + 12 x u32:
+        // 3 x TracepointFields (16) + 8 x u32 + 6 x i32 + u64 + 4 x u32 + 2 x u64 + 14 x u32:
         // every field is explicit, so the kernel and user space read the same bytes.
         assert_eq!(
             core::mem::size_of::<Config>(),
-            48 + 32 + 24 + 8 + 16 + 16 + 48
+            48 + 32 + 24 + 8 + 16 + 16 + 56
         );
         assert_eq!(core::mem::align_of::<Config>(), 8);
         assert_eq!(core::mem::offset_of!(Config, stack_threshold_ns), 104);
@@ -760,6 +788,21 @@ mod tests {
             56 + USER_STACK_SMALL_PAGES * USER_STACK_PAGE
         );
         assert_eq!(USER_STACK_MAX_PAGES * USER_STACK_PAGE, USER_STACK_MAX);
+    }
+
+    #[test]
+    fn lean_agg_indices_are_dense_and_distinct() {
+        let mut seen = [false; LEAN_AGG_SLOTS as usize];
+        for slot in 0..FAST_TARGETS {
+            for kind in [KIND_WAIT, KIND_HOLD] {
+                for mode in [MODE_READ, MODE_WRITE] {
+                    let i = lean_agg_index(slot, kind, mode) as usize;
+                    assert!(!seen[i], "{slot} {kind} {mode}");
+                    seen[i] = true;
+                }
+            }
+        }
+        assert!(seen.iter().all(|&s| s));
     }
 
     #[test]

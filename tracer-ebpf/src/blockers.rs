@@ -7,7 +7,9 @@ use tracer_common::{
     LAST_HOLD, MAX_BLOCKERS, MODE_READ, MODE_WRITE, NO_STACK, QUEUED,
 };
 
-use crate::maps::{count, slot_of, BLOCKED, FULL_BLOCKED, HOLDERS, HOLDER_INFO};
+use core::ptr::addr_of_mut;
+
+use crate::maps::{atomic_add, count, slot_of, BLOCKED, FULL_BLOCKED, HOLDERS, HOLDER_INFO};
 
 const BPF_NOEXIST: u64 = 1;
 
@@ -111,9 +113,10 @@ pub fn charge(waiter: &AggKey, blockers: &Blockers, wait_ns: u64) {
         };
         let zero = BlockValue::default();
         if let Some(v) = slot_of(&BLOCKED, &key, &zero, FULL_BLOCKED, Counter::BlockedMapFull) {
-            let v = unsafe { &mut *v };
-            v.count += 1;
-            v.wait_ns += share;
+            unsafe {
+                atomic_add(addr_of_mut!((*v).count), 1);
+                atomic_add(addr_of_mut!((*v).wait_ns), share);
+            }
         }
     }
 }

@@ -1,41 +1,66 @@
 //! The lock contention family (lock:contention_begin / contention_end): the part of a wait a
 //! thread spent asleep in the rwsem slow path, as opposed to an uncontended acquisition or
-//! optimistic spinning. Only the targets' mmap_locks are looked at.
+//! optimistic spinning. Only the targets' mmap_locks are looked at. BTF tracepoints first (no
+//! perf record is formatted per hit), classic ones where the kernel lacks their BTF.
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
-    macros::tracepoint,
-    programs::TracePointContext,
+    macros::{btf_tracepoint, tracepoint},
+    programs::{BtfTracePointContext, TracePointContext},
 };
-use tracer_common::StateKey;
+use tracer_common::{LockState, StateKey};
 
 use crate::maps::{armed, config, LOCK_STATE, TARGET_MMS};
 
 #[tracepoint]
 pub fn contention_begin(ctx: TracePointContext) -> u32 {
-    let offset = config().contention_begin_lock;
-    if let Some(state) = waiter_state(&ctx, offset) {
-        state.contention_begin(unsafe { bpf_ktime_get_ns() });
+    let lock = unsafe { ctx.read_at(config().contention_begin_lock as usize) };
+    if let Ok(lock) = lock {
+        begin(lock);
     }
-    0
+    crate::KEEP_EVENT
 }
 
 #[tracepoint]
 pub fn contention_end(ctx: TracePointContext) -> u32 {
-    let offset = config().contention_end_lock;
-    if let Some(state) = waiter_state(&ctx, offset) {
+    let lock = unsafe { ctx.read_at(config().contention_end_lock as usize) };
+    if let Ok(lock) = lock {
+        end(lock);
+    }
+    crate::KEEP_EVENT
+}
+
+/// contention_begin(void *lock, unsigned int flags).
+#[btf_tracepoint(function = "contention_begin")]
+pub fn btf_contention_begin(ctx: BtfTracePointContext) -> i32 {
+    begin(ctx.arg(0));
+    0
+}
+
+/// contention_end(void *lock, int ret).
+#[btf_tracepoint(function = "contention_end")]
+pub fn btf_contention_end(ctx: BtfTracePointContext) -> i32 {
+    end(ctx.arg(0));
+    0
+}
+
+#[inline(always)]
+fn begin(lock: u64) {
+    if let Some(state) = waiter_state(lock) {
+        state.contention_begin(unsafe { bpf_ktime_get_ns() });
+    }
+}
+
+#[inline(always)]
+fn end(lock: u64) {
+    if let Some(state) = waiter_state(lock) {
         state.contention_end(unsafe { bpf_ktime_get_ns() });
     }
-    0
 }
 
 /// The current thread's lock state when the contended lock is a target's mmap_lock.
 #[inline(always)]
-fn waiter_state(
-    ctx: &TracePointContext,
-    lock_offset: u32,
-) -> Option<&'static mut tracer_common::LockState> {
-    let lock: u64 = unsafe { ctx.read_at(lock_offset as usize) }.ok()?;
+fn waiter_state(lock: u64) -> Option<&'static mut LockState> {
     let mm = lock.wrapping_sub(config().mm_mmap_lock_offset as u64);
     unsafe { TARGET_MMS.get(&mm) }?;
     if !armed() {

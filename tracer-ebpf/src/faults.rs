@@ -8,13 +8,14 @@
 //! /proc in user space.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_get_current_task, bpf_probe_read_kernel},
+    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel},
     macros::tracepoint,
     programs::TracePointContext,
 };
 use tracer_common::{FAULTS_FILEMAP, FAULTS_FILEMAP_UNDER_LOCK, FAULTS_TOOK_MMAP_LOCK};
 
 use crate::{
+    context::LockContext,
     maps::{add_to, armed, config, FAULT_COUNTS, TID_HOLDING},
     target::{is_target_tgid, Locker},
 };
@@ -28,23 +29,20 @@ pub fn mm_filemap_fault(_ctx: TracePointContext) -> u32 {
             add_to(&FAULT_COUNTS, FAULTS_FILEMAP_UNDER_LOCK, 1);
         }
     }
-    0
+    crate::KEEP_EVENT
 }
 
 /// True when the target thread locking now does so for a user page fault: it entered the
 /// kernel through an exception, not a syscall.
 #[inline(always)]
-pub fn explains_lock(locker: &Locker) -> bool {
+pub fn explains_lock<C: LockContext>(ctx: &C, locker: &Locker) -> bool {
     let cfg = config();
     if locker.outside_pid != 0 || cfg.user_regs_known == 0 {
         return false;
     }
-    let task = unsafe { bpf_get_current_task() } as *const u8;
-    let stack_field = task.wrapping_add(cfg.task_stack_offset as usize) as *const u64;
-    let Ok(stack) = (unsafe { bpf_probe_read_kernel(stack_field) }) else {
+    let Some(regs) = ctx.user_regs() else {
         return false;
     };
-    let regs = stack + cfg.thread_size as u64 - cfg.pt_regs_size as u64;
     let orig_ax = (regs + cfg.pt_regs_orig_ax as u64) as *const i64;
     unsafe { bpf_probe_read_kernel(orig_ax) }.is_ok_and(|nr| nr == -1)
 }

@@ -2,10 +2,15 @@
 //! configuration in `maps`; target filtering in `target`.
 #![no_std]
 #![no_main]
+// The atomic add intrinsic (maps::atomic_add): core's atomic types are disabled for BPF.
+#![allow(internal_features)]
+#![feature(core_intrinsics)]
 
 mod blockers;
 mod contention;
+mod context;
 mod faults;
+mod lean;
 mod maps;
 mod mmap_lock;
 mod sched;
@@ -13,6 +18,10 @@ mod syscalls;
 mod target;
 mod timeline;
 mod user_stacks;
+
+/// What a classic tracepoint program returns: non-zero keeps the event for the tracepoint's
+/// other consumers (0 makes the kernel drop it for perf and every other tool on the event).
+pub const KEEP_EVENT: u32 = 1;
 
 #[cfg(not(test))]
 #[panic_handler]

@@ -17,14 +17,14 @@ use crate::{
 #[tracepoint]
 pub fn mm_syscall_enter(ctx: TracePointContext) -> u32 {
     let _ = try_enter(&ctx);
-    0
+    crate::KEEP_EVENT
 }
 
 /// Attached to every sys_exit_* of MM_SYSCALLS.
 #[tracepoint]
 pub fn mm_syscall_exit(_ctx: TracePointContext) -> u32 {
     let _ = try_exit();
-    0
+    crate::KEEP_EVENT
 }
 
 #[inline(always)]

@@ -37,7 +37,7 @@ pub fn classify(mm: u64) -> Option<Locker> {
         if tgid == owner {
             return Some(own_lock(tgid, tid));
         }
-        if owns_as_user_process(mm, &cfg) {
+        if owns_as_user_process(mm, cfg) {
             // The owner exited and its mm_struct was freed and reused by this process: a real
             // outside locker locks someone else's mm. The new owner takes the entry over when
             // it is traced itself; otherwise the stale registration is forgotten.
@@ -67,7 +67,7 @@ pub fn classify(mm: u64) -> Option<Locker> {
     }
     // System-wide, a user process locking its own mm registers it. Anyone else locking an mm
     // not known yet (a kernel thread, a /proc reader) is skipped: whose mm it is is not known.
-    if system_wide && owns_as_user_process(mm, &cfg) {
+    if system_wide && owns_as_user_process(mm, cfg) {
         register(mm, tgid, true);
         return Some(own_lock(tgid, tid));
     }
@@ -115,10 +115,11 @@ fn discover(mm: u64, task_mm_offset: u32) {
 /// process's name, so that the report names a process that exited before the end of the trace
 /// (overwriting: after an exec, the new mm brings the new name).
 #[inline(always)]
-fn register(mm: u64, pid: u32, name: bool) {
+pub fn register(mm: u64, pid: u32, name: bool) {
     if TARGET_MMS.insert(&mm, &pid, 0).is_err() {
         count(Counter::TargetMapFull);
     }
+    crate::lean::note_mm(pid, mm);
     if name {
         if let Ok(comm) = bpf_get_current_comm() {
             let _ = LOCKER_COMMS.insert(&pid, &comm, 0);
@@ -142,7 +143,7 @@ fn owns_as_user_process(mm: u64, cfg: &tracer_common::Config) -> bool {
 }
 
 #[inline(always)]
-fn current_mm(task_mm_offset: u32) -> u64 {
+pub fn current_mm(task_mm_offset: u32) -> u64 {
     let task = unsafe { bpf_get_current_task() } as *const u8;
     let field = task.wrapping_add(task_mm_offset as usize) as *const u64;
     unsafe { bpf_probe_read_kernel(field) }.unwrap_or(0)

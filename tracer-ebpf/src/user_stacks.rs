@@ -5,9 +5,7 @@
 
 use aya_ebpf::{
     bindings::BPF_RB_NO_WAKEUP,
-    helpers::{
-        bpf_get_current_task, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user_buf,
-    },
+    helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user_buf},
     macros::map,
     maps::{PerCpuArray, RingBuf},
 };
@@ -18,6 +16,7 @@ use tracer_common::{
 };
 
 use crate::{
+    context::LockContext,
     maps::{config, count},
     target::Locker,
 };
@@ -78,7 +77,7 @@ impl EventShare {
 #[inline(always)]
 pub fn sample_at_start(locker: &Locker, st: &mut LockState) -> bool {
     let cfg = config();
-    if cfg.user_stack_bytes == 0 || locker.outside_pid != 0 || !sampled(&cfg) {
+    if cfg.user_stack_bytes == 0 || locker.outside_pid != 0 || !sampled(cfg) {
         return false;
     }
     st.user_copy_sampled = 1;
@@ -90,12 +89,12 @@ pub fn sample_at_start(locker: &Locker, st: &mut LockState) -> bool {
 /// taken. The user stack does not change while the thread is in the kernel, so the wait and
 /// the hold that follow use this copy, and no waiter pays for it inside the critical section.
 #[inline(always)]
-pub fn copy_at_start(locker: &Locker, st: &mut LockState, now: u64) {
+pub fn copy_at_start<C: LockContext>(ctx: &C, locker: &Locker, st: &mut LockState, now: u64) {
     let cfg = config();
-    if cfg.user_stack_bytes == 0 || locker.outside_pid != 0 || !within_budget(&cfg, now) {
+    if cfg.user_stack_bytes == 0 || locker.outside_pid != 0 || !within_budget(cfg, now) {
         return;
     }
-    if send_copy(&cfg, locker, now).is_some() {
+    if send_copy(ctx, cfg, locker, now).is_some() {
         st.user_copy_id = now;
     } else {
         count(Counter::UserStackCopyDropped);
@@ -127,7 +126,8 @@ fn within_budget(cfg: &Config, now: u64) -> bool {
 /// that costs waiters, rare once the thread's history predicts its holds. Outside lockers are
 /// skipped: their stacks are in another process.
 #[inline(always)]
-pub fn send_event(
+pub fn send_event<C: LockContext>(
+    ctx: &C,
     locker: &Locker,
     st: &mut LockState,
     key: &AggKey,
@@ -146,10 +146,10 @@ pub fn send_event(
             return;
         }
         let now = unsafe { bpf_ktime_get_ns() };
-        if !within_budget(&cfg, now) {
+        if !within_budget(cfg, now) {
             return;
         }
-        if send_copy(&cfg, locker, now).is_none() {
+        if send_copy(ctx, cfg, locker, now).is_none() {
             count(Counter::UserStackCopyDropped);
             return;
         }
@@ -196,8 +196,8 @@ fn sampled(cfg: &Config) -> bool {
 /// Sends the current thread's user registers and stack window, in the smaller record when the
 /// window fits it.
 #[inline(always)]
-fn send_copy(cfg: &Config, locker: &Locker, now: u64) -> Option<()> {
-    let (ip, sp, bp) = user_registers(cfg)?;
+fn send_copy<C: LockContext>(ctx: &C, cfg: &Config, locker: &Locker, now: u64) -> Option<()> {
+    let (ip, sp, bp) = user_registers(ctx, cfg)?;
     let stack_start = sp & !(USER_STACK_PAGE as u64 - 1);
     let header = UserStackCopyHeader {
         record: USER_STACK_RECORD_COPY,
@@ -228,14 +228,10 @@ fn send_pages<const PAGES: usize>(mut header: UserStackCopyHeader, wanted: u64) 
     Some(())
 }
 
-/// The user ip, sp and bp saved at the top of the current task's kernel stack when it entered
-/// the kernel (classic tracepoints cannot call bpf_task_pt_regs).
+/// The user ip, sp and bp saved when the current task entered the kernel.
 #[inline(always)]
-fn user_registers(cfg: &Config) -> Option<(u64, u64, u64)> {
-    let task = unsafe { bpf_get_current_task() } as *const u8;
-    let stack_field = task.wrapping_add(cfg.task_stack_offset as usize) as *const u64;
-    let stack = unsafe { bpf_probe_read_kernel(stack_field) }.ok()?;
-    let regs = (stack + cfg.thread_size as u64 - cfg.pt_regs_size as u64) as *const u8;
+fn user_registers<C: LockContext>(ctx: &C, cfg: &Config) -> Option<(u64, u64, u64)> {
+    let regs = ctx.user_regs()? as *const u8;
     let read = |offset: u32| unsafe {
         bpf_probe_read_kernel(regs.wrapping_add(offset as usize) as *const u64)
     };

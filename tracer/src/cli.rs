@@ -178,6 +178,11 @@ pub struct Cli {
     #[arg(long, hide = true, value_parser = parse_ring_bytes, value_name = "BYTES")]
     pub ring_bytes: Option<u32>,
 
+    /// Attach classic tracepoints even where BTF tracepoints would do (tests use it to cover
+    /// the fallback that kernels without BTF for the events get).
+    #[arg(long, hide = true)]
+    pub classic_tracepoints: bool,
+
     /// More logging on stderr (repeat for more).
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub verbose: u8,

@@ -53,12 +53,13 @@ pub fn run(mut cli: Cli) -> Result<i32> {
         tracefs.require(&tp)?;
     }
     let offsets = KernelOffsets::from_running_kernel()?;
+    // The live view can switch to per-thread rows at any time: collect per thread and merge
+    // threads in user space when they are not wanted.
+    let per_thread = cli.per_thread || matches!(view, View::Live { .. });
     let settings = ProbeSettings {
         stack_threshold_ns: cli.stack_threshold(),
         attribution: !cli.lean,
-        // The live view can switch to per-thread rows at any time: collect per thread and
-        // merge threads in user space when they are not wanted.
-        per_thread: cli.per_thread || matches!(view, View::Live { .. }),
+        per_thread,
         user_stacks: cli.user_stack() != UserStackArg::None,
         max_entries: cli.max_entries,
         max_stacks: cli.max_stacks,
@@ -71,6 +72,11 @@ pub fn run(mut cli: Cli) -> Result<i32> {
         },
         stack_copies: stack_copies(&cli, &offsets),
         system_wide: targets.is_system_wide(),
+        classic_tracepoints: cli.classic_tracepoints,
+        fast_lean: cli.lean
+            && !per_thread
+            && !targets.is_system_wide()
+            && cli.pid.len() <= tracer_common::FAST_TARGETS,
     };
     let mut probes = Probes::load(&settings, &tracefs, &offsets)?;
     for &pid in &cli.pid {

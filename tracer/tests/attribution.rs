@@ -27,15 +27,33 @@ fn waits_are_charged_to_the_populating_writer() {
         return;
     }
     let _serial = serial();
+    charge_waits_to_the_populating_writer(&[], "tp_btf");
+}
+
+/// The same attribution from the classic tracepoints, the fallback of kernels whose BTF lacks
+/// the mmap_lock trace calls.
+#[test]
+fn classic_tracepoints_charge_waits_to_the_populating_writer() {
+    if !bpf_available("classic_tracepoints_charge_waits_to_the_populating_writer") {
+        return;
+    }
+    let _serial = serial();
+    charge_waits_to_the_populating_writer(&["--classic-tracepoints"], "classic");
+}
+
+fn charge_waits_to_the_populating_writer(tracer_args: &[&str], tracepoints: &str) {
+    let mut args = vec!["--format", "json"];
+    args.extend_from_slice(tracer_args);
     let (result, workload_out) = trace_workload(
         &["churn", "--threads", "3", "--writer", "--seconds", "3"],
-        &["--format", "json"],
+        &args,
     );
     let report = json(&result.stdout);
     let features = &report["features"];
     for f in ["contention", "faults", "syscalls", "offcpu"] {
         assert_eq!(features[f], true, "feature {f} not attached: {features}");
     }
+    assert_eq!(features["lock_tracepoints"], tracepoints, "{features}");
 
     // Faults that fall back to mmap_lock (readers) wait behind mmap/munmap (writers): held, or
     // queued ahead of them.

@@ -136,6 +136,16 @@ fn known_write_hold_matches_the_workloads_own_measurement() {
     assert_eq!(longest["cause"], "mprotect", "{longest}");
 }
 
+#[test]
+fn classic_tracepoints_time_the_known_hold() {
+    if !bpf_available("classic_tracepoints_time_the_known_hold") {
+        return;
+    }
+    let _serial = serial();
+    let report = trace_known_hold(&["--stack-threshold", "1ms", "--classic-tracepoints"]);
+    assert_eq!(report["features"]["lock_tracepoints"], "classic");
+}
+
 /// --lean keeps the timing exact and takes nothing else: no optional program, no stacks.
 #[test]
 fn lean_mode_times_the_known_hold_without_stacks_or_attribution() {
@@ -147,6 +157,7 @@ fn lean_mode_times_the_known_hold_without_stacks_or_attribution() {
     for f in ["contention", "faults", "syscalls", "offcpu"] {
         assert_eq!(report["features"][f], false, "{}", report["features"]);
     }
+    assert_eq!(report["features"]["lock_tracepoints"], "tp_btf");
     assert!(!entries(&report).is_empty());
     for e in entries(&report) {
         assert_eq!(e["stack_collected"], false, "{e}");

@@ -112,9 +112,22 @@ pub fn holder_stack_owner(key: &BlockKey) -> u32 {
     stack_owner(key.waiter.pid, key.holder.outside_pid)
 }
 
+/// Which kind of tracepoint carries the mmap_lock (and lock contention) programs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub enum LockTracepoints {
+    /// BTF tracepoints (`tp_btf`): the arguments straight from the trace call.
+    #[default]
+    #[serde(rename = "tp_btf")]
+    Btf,
+    /// Classic tracepoints, the fallback: a perf record is formatted on every hit.
+    #[serde(rename = "classic")]
+    Classic,
+}
+
 /// Which optional tracepoint families were attached (the kernel may lack some).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Features {
+    pub lock_tracepoints: LockTracepoints,
     /// lock:contention_begin/end: the sleeping part of waits.
     pub contention: bool,
     /// Fault causes (lock operations begun from a user page fault, told by the saved user

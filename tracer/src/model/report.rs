@@ -846,6 +846,7 @@ pub(crate) mod tests {
             faults: true,
             syscalls: true,
             offcpu: true,
+            ..Features::default()
         };
         (harvest, symbols, meta)
     }

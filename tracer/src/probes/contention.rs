@@ -1,7 +1,8 @@
-//! Attaching the lock contention family (the sleeping part of each wait).
+//! Attaching the lock contention family (the sleeping part of each wait): BTF tracepoints
+//! where the kernel allows them, else classic ones.
 
-use anyhow::Result;
-use aya::Ebpf;
+use anyhow::{anyhow, Result};
+use aya::{Btf, Ebpf};
 use tracer_common::Config;
 
 use crate::system::tracefs::{Tracefs, CONTENTION_BEGIN, CONTENTION_END};
@@ -14,9 +15,41 @@ pub fn configure(tracefs: &Tracefs, config: &mut Config) -> Result<()> {
     Ok(())
 }
 
-pub fn attach(ebpf: &mut Ebpf, tracefs: &Tracefs) -> Result<bool> {
+pub fn attach(ebpf: &mut Ebpf, tracefs: &Tracefs, force_classic: bool) -> Result<bool> {
+    let present = tracefs.has(&CONTENTION_BEGIN) && tracefs.has(&CONTENTION_END);
+    if present && !force_classic {
+        match load_btf(ebpf) {
+            Ok(()) => {
+                for (name, event) in BTF_PROGRAMS {
+                    super::mmap_lock::btf_program(ebpf, name)?
+                        .attach()
+                        .map_err(|e| {
+                            super::explain_permission(
+                                anyhow!(e),
+                                &format!("attaching tp_btf/{event}"),
+                            )
+                        })?;
+                }
+                return Ok(true);
+            }
+            Err(err) => log::debug!("lock contention as BTF tracepoints: {err:#}"),
+        }
+    }
     Ok(
         super::attach_tracepoints(ebpf, tracefs, "contention_begin", &[CONTENTION_BEGIN])?
             && super::attach_tracepoints(ebpf, tracefs, "contention_end", &[CONTENTION_END])?,
     )
+}
+
+const BTF_PROGRAMS: [(&str, &str); 2] = [
+    ("btf_contention_begin", "contention_begin"),
+    ("btf_contention_end", "contention_end"),
+];
+
+fn load_btf(ebpf: &mut Ebpf) -> Result<()> {
+    let btf = Btf::from_sys_fs()?;
+    for (name, event) in BTF_PROGRAMS {
+        super::mmap_lock::btf_program(ebpf, name)?.load(event, &btf)?;
+    }
+    Ok(())
 }

@@ -1,22 +1,117 @@
-//! Loading and attaching the mmap_lock tracepoint family.
+//! Loading and attaching the mmap_lock tracepoint family: as BTF tracepoints (`tp_btf`) where
+//! the kernel has their prototypes, else as classic tracepoints. The classic mechanism formats
+//! a perf record on every hit before the program runs: on a lock-bound target that alone cost
+//! about 15% of its throughput, against 4% for the BTF ones.
 
 use anyhow::{anyhow, Context as _, Result};
-use aya::{programs::TracePoint, Ebpf};
+use aya::{
+    programs::{BtfTracePoint, TracePoint},
+    Btf, Ebpf,
+};
+use tracer_common::Config;
 
-use crate::system::tracefs::{Needed, MMAP_LOCK_ACQUIRED, MMAP_LOCK_RELEASED, MMAP_LOCK_START};
+use crate::model::LockTracepoints;
+use crate::system::btf::{KernelOffsets, LockArgIndices, LOCK_EVENTS};
+use crate::system::tracefs::{
+    Needed, Tracefs, MMAP_LOCK_ACQUIRED, MMAP_LOCK_RELEASED, MMAP_LOCK_START,
+};
 
-const FAMILY: [Needed; 3] = [MMAP_LOCK_RELEASED, MMAP_LOCK_ACQUIRED, MMAP_LOCK_START];
+/// In LOCK_EVENTS order.
+const CLASSIC: [Needed; 3] = [MMAP_LOCK_START, MMAP_LOCK_ACQUIRED, MMAP_LOCK_RELEASED];
 
-/// Verifies all three programs before attaching any (verification takes milliseconds), then
-/// attaches them back to back. The programs ignore events until the tracer arms them.
-pub fn attach(ebpf: &mut Ebpf) -> Result<()> {
-    for tp in FAMILY {
-        program(ebpf, &tp)?
+/// Fills where the classic programs find their fields.
+pub fn configure(tracefs: &Tracefs, config: &mut Config) -> Result<()> {
+    config.start_locking = tracefs.mmap_lock_fields(&MMAP_LOCK_START)?;
+    config.acquire_returned = tracefs.mmap_lock_fields(&MMAP_LOCK_ACQUIRED)?;
+    config.released = tracefs.mmap_lock_fields(&MMAP_LOCK_RELEASED)?;
+    Ok(())
+}
+
+/// The BTF programs written for the kernel's prototypes of the three trace calls, if any.
+fn btf_programs(args: &[LockArgIndices; 3]) -> Option<[&'static str; 3]> {
+    let layout = |write: u32| {
+        args.iter().enumerate().all(|(i, a)| {
+            // acquire_returned (index 1) also passes success, right after write.
+            a.mm == 0 && a.write == write && (i != 1 || a.success == write + 1)
+        })
+    };
+    if layout(1) {
+        Some(["btf_start_locking", "btf_acquire_returned", "btf_released"])
+    } else if layout(2) {
+        Some([
+            "btf_memcg_start_locking",
+            "btf_memcg_acquire_returned",
+            "btf_memcg_released",
+        ])
+    } else {
+        None
+    }
+}
+
+/// Verifies the three programs before attaching any (verification takes milliseconds), then
+/// attaches them back to back; the programs ignore events until the tracer arms them. BTF
+/// tracepoints unless `force_classic` or the kernel lacks their BTF or refuses them.
+pub fn attach(
+    ebpf: &mut Ebpf,
+    offsets: &KernelOffsets,
+    force_classic: bool,
+) -> Result<LockTracepoints> {
+    let programs = offsets.lock_args.as_ref().and_then(btf_programs);
+    if let (false, None) = (force_classic, programs) {
+        log::warn!(
+            "kernel BTF has no known prototype of the mmap_lock trace calls ({:?}): using \
+             classic tracepoints",
+            offsets.lock_args
+        );
+    }
+    if let (false, Some(programs)) = (force_classic, programs) {
+        // A refused load falls back; a refused attach is an error like any other, since the
+        // programs attached before it would then see every event twice.
+        match load_btf(ebpf, &programs) {
+            Ok(()) => {
+                attach_btf(ebpf, &programs)?;
+                return Ok(LockTracepoints::Btf);
+            }
+            Err(err) => log::warn!(
+                "BTF tracepoints unavailable ({err:#}): using classic tracepoints, which cost \
+                 the target more"
+            ),
+        }
+    }
+    attach_classic(ebpf)?;
+    Ok(LockTracepoints::Classic)
+}
+
+fn load_btf(ebpf: &mut Ebpf, programs: &[&str; 3]) -> Result<()> {
+    let btf = Btf::from_sys_fs().context("reading the kernel's BTF")?;
+    for (name, event) in programs.iter().zip(LOCK_EVENTS) {
+        btf_program(ebpf, name)?
+            .load(event, &btf)
+            .map_err(|e| super::explain_permission(anyhow!(e), &format!("loading {name}")))?;
+    }
+    Ok(())
+}
+
+fn attach_btf(ebpf: &mut Ebpf, programs: &[&str; 3]) -> Result<()> {
+    for (name, event) in programs.iter().zip(LOCK_EVENTS) {
+        btf_program(ebpf, name)?
+            .attach()
+            .map_err(|e| {
+                super::explain_permission(anyhow!(e), &format!("attaching tp_btf/{event}"))
+            })
+            .with_context(|| format!("tp_btf/{event}"))?;
+    }
+    Ok(())
+}
+
+fn attach_classic(ebpf: &mut Ebpf) -> Result<()> {
+    for tp in CLASSIC {
+        classic_program(ebpf, &tp)?
             .load()
             .map_err(|e| super::explain_permission(anyhow!(e), &format!("loading {}", tp.name)))?;
     }
-    for tp in FAMILY {
-        program(ebpf, &tp)?
+    for tp in CLASSIC {
+        classic_program(ebpf, &tp)?
             .attach(tp.category, tp.name)
             .map_err(|e| {
                 super::explain_permission(
@@ -29,9 +124,47 @@ pub fn attach(ebpf: &mut Ebpf) -> Result<()> {
     Ok(())
 }
 
-fn program<'a>(ebpf: &'a mut Ebpf, tp: &Needed) -> Result<&'a mut TracePoint> {
+fn classic_program<'a>(ebpf: &'a mut Ebpf, tp: &Needed) -> Result<&'a mut TracePoint> {
     Ok(ebpf
         .program_mut(tp.name)
         .ok_or_else(|| anyhow!("eBPF object has no program {}", tp.name))?
         .try_into()?)
+}
+
+pub(super) fn btf_program<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut BtfTracePoint> {
+    Ok(ebpf
+        .program_mut(name)
+        .ok_or_else(|| anyhow!("eBPF object has no program {name}"))?
+        .try_into()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(write: u32) -> [LockArgIndices; 3] {
+        let plain = LockArgIndices {
+            mm: 0,
+            write,
+            success: 0,
+        };
+        let acquired = LockArgIndices {
+            success: write + 1,
+            ..plain
+        };
+        [plain, acquired, plain]
+    }
+
+    #[test]
+    fn each_prototype_gets_its_programs() {
+        assert_eq!(btf_programs(&args(1)).unwrap()[0], "btf_start_locking");
+        assert_eq!(
+            btf_programs(&args(2)).unwrap()[1],
+            "btf_memcg_acquire_returned"
+        );
+        assert_eq!(btf_programs(&args(3)), None, "an unknown layout falls back");
+        let mut odd = args(1);
+        odd[1].success = 3;
+        assert_eq!(btf_programs(&odd), None);
+    }
 }

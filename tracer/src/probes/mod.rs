@@ -13,13 +13,14 @@ use std::collections::{HashMap, HashSet};
 
 use anyhow::{anyhow, bail, Context as _, Result};
 use aya::{
-    maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap, StackTraceMap},
+    maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, StackTraceMap},
     programs::TracePoint,
     Ebpf, EbpfLoader, Pod,
 };
 use tracer_common::{
-    AggValue, BlockValue, Config, Counter, LockState, ModeTotals, StateKey, SyscallTotals,
-    COUNTER_SLOTS,
+    lean_agg_index, AggKey, AggValue, Config, Counter, FastTargets, LockState, ModeTotals,
+    StateKey, SyscallTotals, COUNTER_SLOTS, FAST_TARGETS, KIND_HOLD, KIND_WAIT, MODE_READ,
+    MODE_WRITE, NO_STACK,
 };
 
 use self::timeline::TimelineReader;
@@ -52,6 +53,12 @@ pub struct ProbeSettings {
     pub stack_copies: Option<StackCopySettings>,
     /// Trace every user process (`-a`) instead of the added targets.
     pub system_wide: bool,
+    /// Classic tracepoints even where BTF tracepoints would do (a hidden flag, so that tests
+    /// cover the fallback).
+    pub classic_tracepoints: bool,
+    /// The lean path at constant cost: `--lean` on at most FAST_TARGETS targets given before
+    /// `add_target`, aggregated without per-thread rows.
+    pub fast_lean: bool,
 }
 
 /// Capacity of the maps keyed by mm or process (TARGET_MMS, HOLDERS, LOCKER_COMMS) in
@@ -83,6 +90,8 @@ pub struct Probes {
     /// Present when stack copies were asked for.
     user_stacks: Option<UserStackReader>,
     features: Features,
+    /// With the fast lean path: the targets in TARGET_SLOTS order.
+    fast_slots: Option<Vec<u32>>,
 }
 
 /// Loads `name` (once) and attaches it to each tracepoint in `tps`, all or nothing: a family
@@ -127,10 +136,6 @@ impl Probes {
         offsets: &KernelOffsets,
     ) -> Result<Self> {
         let mut config = Config {
-            start_locking: tracefs.mmap_lock_fields(&crate::system::tracefs::MMAP_LOCK_START)?,
-            acquire_returned: tracefs
-                .mmap_lock_fields(&crate::system::tracefs::MMAP_LOCK_ACQUIRED)?,
-            released: tracefs.mmap_lock_fields(&crate::system::tracefs::MMAP_LOCK_RELEASED)?,
             task_mm_offset: offsets.task_mm,
             task_pending_signal_offset: offsets.task_pending_signal,
             task_pid_offset: offsets.task_pid,
@@ -143,8 +148,10 @@ impl Probes {
             user_stacks: settings.user_stacks as u32,
             timeline_threshold_ns: settings.timeline_threshold_ns,
             system_wide: settings.system_wide as u32,
+            fast_targets: settings.fast_lean as u32,
             ..Config::ZERO
         };
+        mmap_lock::configure(tracefs, &mut config)?;
         configure_user_regs(offsets, &mut config);
         let copies_on = configure_stack_copies(settings, &mut config)?;
         contention::configure(tracefs, &mut config)?;
@@ -189,22 +196,28 @@ impl Probes {
         } else {
             None
         };
-        mmap_lock::attach(&mut ebpf)?;
+        let classic = settings.classic_tracepoints;
+        let lock_tracepoints = mmap_lock::attach(&mut ebpf, offsets, classic)?;
         let features = if settings.attribution {
             Features {
-                contention: contention::attach(&mut ebpf, tracefs)?,
+                lock_tracepoints,
+                contention: contention::attach(&mut ebpf, tracefs, classic)?,
                 faults: faults::attach(&mut ebpf, tracefs, config.user_regs_known != 0)?,
                 syscalls: syscalls::attach(&mut ebpf, tracefs)?,
                 offcpu: sched::attach(&mut ebpf)?,
             }
         } else {
-            Features::default()
+            Features {
+                lock_tracepoints,
+                ..Features::default()
+            }
         };
         Ok(Self {
             ebpf,
             timeline,
             user_stacks,
             features,
+            fast_slots: settings.fast_lean.then(Vec::new),
         })
     }
 
@@ -218,6 +231,16 @@ impl Probes {
     pub fn add_target(&mut self, pid: u32) -> Result<()> {
         let mut tgids: BpfHashMap<_, u32, u32> = map(&mut self.ebpf, "TARGET_TGIDS")?;
         tgids.insert(pid, 0, 0).context("registering target pid")?;
+        if let Some(slots) = &mut self.fast_slots {
+            if slots.len() >= FAST_TARGETS {
+                bail!("the lean path takes at most {FAST_TARGETS} targets");
+            }
+            slots.push(pid);
+            let mut targets = FastTargets::default();
+            targets.pids[..slots.len()].copy_from_slice(slots);
+            let mut array: Array<_, FastTargets> = map(&mut self.ebpf, "TARGET_SLOTS")?;
+            array.set(0, targets, 0).context("registering target pid")?;
+        }
         Ok(())
     }
 
@@ -274,7 +297,7 @@ impl Probes {
     /// Reads the cumulative maps while the programs keep running (the live and interval
     /// views). The timeline is left alone: it is drained by `drain_timeline` and `harvest`.
     pub fn snapshot(&self) -> Result<Harvest> {
-        read_maps(&self.ebpf, self.features, Vec::new())
+        read_maps(self, Vec::new())
     }
 
     /// Stops the programs and reads everything they collected.
@@ -286,7 +309,7 @@ impl Probes {
         };
         // Disarmed above, so the maps no longer move; dropping `self` afterwards detaches the
         // programs.
-        let mut harvest = read_maps(&self.ebpf, self.features, events)?;
+        let mut harvest = read_maps(&self, events)?;
         if let Some((_, n)) = harvest
             .counters
             .iter_mut()
@@ -334,36 +357,34 @@ fn configure_stack_copies(settings: &ProbeSettings, config: &mut Config) -> Resu
 
 /// Everything the programs collected, read without disturbing them, with `timeline` (drained
 /// separately) added: then the stacks that any of it references.
-fn read_maps(
-    ebpf: &Ebpf,
-    features: Features,
-    timeline: Vec<tracer_common::TimelineEvent>,
-) -> Result<Harvest> {
+fn read_maps(probes: &Probes, timeline: Vec<tracer_common::TimelineEvent>) -> Result<Harvest> {
+    let ebpf = &probes.ebpf;
     let target_mms = read_target_mms(ebpf)?;
+    let mut entries: Vec<RawEntry> = read_shared(&map_ref(ebpf, "AGG")?)?
+        .into_iter()
+        .map(|(key, value)| RawEntry {
+            key,
+            value,
+            max_is_upper_bound: false,
+        })
+        .collect();
+    if let Some(slots) = &probes.fast_slots {
+        entries.extend(read_lean_entries(&map_ref(ebpf, "LEAN_AGG")?, slots)?);
+    }
     let mut harvest = Harvest {
-        entries: read_summed(&map_ref(ebpf, "AGG")?, AggValue::merge)?
-            .into_iter()
-            .map(|(key, value)| RawEntry {
-                key,
-                value,
-                max_is_upper_bound: false,
-            })
-            .collect(),
+        entries,
         stacks: HashMap::new(),
         totals: read_array(&map_ref(ebpf, "TOTALS")?, ModeTotals::merge)?,
         counters: read_counters(&map_ref(ebpf, "COUNTERS")?)?,
         locker_comms: read_comms(&map_ref(ebpf, "LOCKER_COMMS")?),
         in_flight: read_in_flight(&map_ref(ebpf, "LOCK_STATE")?, &target_mms),
-        blocked: read_summed(&map_ref(ebpf, "BLOCKED")?, |into: &mut BlockValue, v| {
-            into.count += v.count;
-            into.wait_ns += v.wait_ns;
-        })?,
-        sleeps: read_summed(&map_ref(ebpf, "SLEEPS")?, |into: &mut u64, v| *into += v)?,
+        blocked: read_shared(&map_ref(ebpf, "BLOCKED")?)?,
+        sleeps: read_shared(&map_ref(ebpf, "SLEEPS")?)?,
         syscalls: read_array(&map_ref(ebpf, "SYSCALL_TOTALS")?, SyscallTotals::merge)?,
         faults: read_array(&map_ref(ebpf, "FAULT_COUNTS")?, |into: &mut u64, v| {
             *into += v
         })?,
-        features,
+        features: probes.features,
         timeline,
         estimated_user_stacks: HashSet::new(),
     };
@@ -403,19 +424,42 @@ where
     Ok(T::try_from(m)?)
 }
 
-/// Every key of a per-CPU hash map with its per-CPU values summed by `add`.
-fn read_summed<K: Pod + Eq + std::hash::Hash, V: Pod + Default>(
-    map: &PerCpuHashMap<&MapData, K, V>,
-    add: impl Fn(&mut V, &V),
-) -> Result<Vec<(K, V)>> {
+/// Every key of a hash map shared by all CPUs, with its value.
+fn read_shared<K: Pod, V: Pod>(map: &BpfHashMap<&MapData, K, V>) -> Result<Vec<(K, V)>> {
+    map.iter().map(|item| item.context("reading map")).collect()
+}
+
+/// The lean path's per-CPU array as entries without stacks, one per target, kind and mode.
+fn read_lean_entries(
+    map: &PerCpuArray<&MapData, AggValue>,
+    slots: &[u32],
+) -> Result<Vec<RawEntry>> {
     let mut out = Vec::new();
-    for item in map.iter() {
-        let (key, per_cpu) = item.context("reading per-CPU map")?;
-        let mut sum = V::default();
-        for v in per_cpu.iter() {
-            add(&mut sum, v);
+    for (slot, &pid) in slots.iter().enumerate() {
+        for kind in [KIND_WAIT, KIND_HOLD] {
+            for mode in [MODE_READ, MODE_WRITE] {
+                let mut value = AggValue::ZERO;
+                for v in map.get(&lean_agg_index(slot, kind, mode), 0)?.iter() {
+                    value.merge(v);
+                }
+                if value.count == 0 {
+                    continue;
+                }
+                let key = AggKey {
+                    pid,
+                    kind,
+                    mode,
+                    kernel_stack: NO_STACK,
+                    user_stack: NO_STACK,
+                    ..AggKey::default()
+                };
+                out.push(RawEntry {
+                    key,
+                    value,
+                    max_is_upper_bound: false,
+                });
+            }
         }
-        out.push((key, sum));
     }
     Ok(out)
 }

@@ -18,7 +18,27 @@ pub struct KernelOffsets {
     /// `struct pt_regs` (size; ip, sp, bp, orig_ax members). None when the kernel's BTF lacks
     /// them (the copy of user stacks for unwinding and fault attribution are then unavailable).
     pub user_regs: Option<UserRegsOffsets>,
+    /// Where the mmap_lock trace calls pass their arguments (start_locking, acquire_returned,
+    /// released), for the BTF tracepoint programs. None when the kernel's BTF lacks the
+    /// `btf_trace_mmap_lock_*` prototypes: the classic tracepoints are used then.
+    pub lock_args: Option<[LockArgIndices; 3]>,
 }
+
+/// Indices of mm, write and success among a trace call's arguments (its `TP_PROTO`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LockArgIndices {
+    pub mm: u32,
+    pub write: u32,
+    /// acquire_returned only (0 elsewhere).
+    pub success: u32,
+}
+
+/// The mmap_lock events, in the order of `KernelOffsets::lock_args`.
+pub const LOCK_EVENTS: [&str; 3] = [
+    "mmap_lock_start_locking",
+    "mmap_lock_acquire_returned",
+    "mmap_lock_released",
+];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct UserRegsOffsets {
@@ -63,8 +83,64 @@ impl KernelOffsets {
             user_regs: UserRegsOffsets::from_btf(&btf)
                 .map_err(|e| log::debug!("no user register offsets: {e:#}"))
                 .ok(),
+            lock_args: lock_arg_indices(&btf)
+                .map_err(|e| log::debug!("no BTF tracepoint prototypes: {e:#}"))
+                .ok(),
         })
     }
+}
+
+fn lock_arg_indices(btf: &Btf) -> Result<[LockArgIndices; 3]> {
+    let args = |i: usize| trace_call_args(btf, LOCK_EVENTS[i]);
+    Ok([args(0)?, args(1)?, args(2)?])
+}
+
+/// Finds mm, write and success in the prototype of `event`'s trace call, by type: the
+/// `struct mm_struct *`, then the bools in order (write, then success). Kernels before 6.13
+/// pass a `const char *memcg_path` between mm and write; later ones do not.
+pub fn trace_call_args(btf: &Btf, event: &str) -> Result<LockArgIndices> {
+    let typedef = format!("btf_trace_{event}");
+    let proto = btf
+        .types()
+        .iter()
+        .find_map(|t| match t {
+            BtfType::Typedef(td) if td.name == typedef => Some(td.type_id),
+            _ => None,
+        })
+        .and_then(|id| match btf.type_by_id(btf.skip_mods_and_typedefs(id)) {
+            BtfType::Ptr(ptr) => match btf.type_by_id(ptr.type_id) {
+                BtfType::FuncProto(proto) => Some(proto),
+                _ => None,
+            },
+            _ => None,
+        })
+        .ok_or_else(|| anyhow!("kernel BTF has no prototype {typedef}"))?;
+    // The first parameter is the probe's own data pointer, not an argument of the event.
+    let params = proto.params.iter().skip(1).enumerate();
+    let mut mm = None;
+    let mut bools = Vec::new();
+    for (index, param) in params {
+        let ty = btf.type_by_id(btf.skip_mods_and_typedefs(param.type_id));
+        match ty {
+            BtfType::Ptr(p) if is_struct(btf, p.type_id, "mm_struct") => mm = mm.or(Some(index)),
+            BtfType::Int(int) if int.name == "_Bool" => bools.push(index),
+            _ => {}
+        }
+    }
+    let mm = mm.ok_or_else(|| anyhow!("{typedef} has no struct mm_struct * argument"))?;
+    let write = *bools
+        .first()
+        .ok_or_else(|| anyhow!("{typedef} has no bool argument"))?;
+    Ok(LockArgIndices {
+        mm: mm as u32,
+        write: write as u32,
+        success: bools.get(1).copied().unwrap_or(0) as u32,
+    })
+}
+
+fn is_struct(btf: &Btf, type_id: u32, name: &str) -> bool {
+    matches!(btf.type_by_id(btf.skip_mods_and_typedefs(type_id)),
+        BtfType::Struct(c) if c.name == name)
 }
 
 /// Byte offset of `path` (a member, then members of its type) inside `struct root`, looking
@@ -153,6 +229,22 @@ mod tests {
             (168, 32, 120, 128, 152)
         );
         assert_eq!(regs.task_stack % 8, 0);
+    }
+
+    #[test]
+    fn running_kernel_names_the_lock_trace_arguments() {
+        let Ok(data) = std::fs::read(VMLINUX_BTF) else {
+            eprintln!("skipped: no {VMLINUX_BTF}");
+            return;
+        };
+        let offsets = KernelOffsets::from_btf_bytes(&data).expect("offsets");
+        let [start, acquired, released] = offsets.lock_args.expect("btf_trace_mmap_lock_*");
+        // mm always comes first; write right after it (6.13+) or after the memcg path.
+        assert_eq!(start.mm, 0);
+        assert!(start.write == 1 || start.write == 2, "{start:?}");
+        assert_eq!(released, start);
+        assert_eq!((acquired.mm, acquired.write), (0, start.write));
+        assert_eq!(acquired.success, start.write + 1);
     }
 
     #[test]

@@ -1,0 +1,41 @@
+//! What the lock programs need from the context they run in, whichever kind of tracepoint
+//! (classic or BTF) carries them: stack walks, and the current task's saved user registers.
+
+use aya_ebpf::{
+    helpers::{
+        bpf_get_current_task, bpf_get_current_task_btf, bpf_probe_read_kernel, bpf_task_pt_regs,
+    },
+    programs::{tracing::StackIdContext, BtfTracePointContext, TracePointContext},
+};
+
+use crate::maps::config;
+
+pub trait LockContext: StackIdContext {
+    /// Kernel address of the `struct pt_regs` the current task saved when it entered the
+    /// kernel (its user registers), or None when it cannot be found.
+    fn user_regs(&self) -> Option<u64>;
+}
+
+/// BTF tracepoints are tracing programs: `bpf_task_pt_regs` gives the registers wherever the
+/// kernel keeps them (FRED and KASAN kernels move them).
+impl LockContext for BtfTracePointContext {
+    #[inline(always)]
+    fn user_regs(&self) -> Option<u64> {
+        let regs = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) } as u64;
+        (regs != 0).then_some(regs)
+    }
+}
+
+/// Classic tracepoints cannot call `bpf_task_pt_regs`: the registers sit at the top of the
+/// task's kernel stack (x86_64 without FRED or KASAN; a wrong guess shows as registers outside
+/// user space, which the callers refuse).
+impl LockContext for TracePointContext {
+    #[inline(always)]
+    fn user_regs(&self) -> Option<u64> {
+        let cfg = config();
+        let task = unsafe { bpf_get_current_task() } as *const u8;
+        let stack_field = task.wrapping_add(cfg.task_stack_offset as usize) as *const u64;
+        let stack = unsafe { bpf_probe_read_kernel(stack_field) }.ok()?;
+        Some(stack + cfg.thread_size as u64 - cfg.pt_regs_size as u64)
+    }
+}
