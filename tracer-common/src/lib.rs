@@ -396,7 +396,15 @@ pub struct Config {
     /// lookup.
     pub fast_targets: u32,
     pub _pad: u32,
+    /// Waits and holds at least this long get their stacks walked when they end, inside the
+    /// critical section (every waiter pays for that walk) if they were not walked at
+    /// start_locking, where a lock operation expected to be long, or sampled, gets them.
+    pub late_stack_threshold_ns: u64,
 }
+
+/// The floor of `Config::late_stack_threshold_ns` (unless stacks are asked for everything):
+/// an operation this long costs its waiters far more than the walk does.
+pub const LATE_STACK_FLOOR_NS: u64 = 1_000_000;
 
 /// Targets the lean path recognises without a hash lookup.
 pub const FAST_TARGETS: usize = 8;
@@ -454,6 +462,7 @@ impl Config {
         attribution: 0,
         fast_targets: 0,
         _pad: 0,
+        late_stack_threshold_ns: 0,
     };
 }
 
@@ -764,11 +773,11 @@ mod tests {
 
     #[test]
     fn config_has_no_implicit_padding() {
-        // 3 x TracepointFields (16) + 8 x u32 + 6 x i32 + u64 + 4 x u32 + 2 x u64 + 14 x u32:
-        // every field is explicit, so the kernel and user space read the same bytes.
+        // 3 x TracepointFields (16) + 8 x u32 + 6 x i32 + u64 + 4 x u32 + 2 x u64 + 14 x u32
+        // + u64: every field is explicit, so the kernel and user space read the same bytes.
         assert_eq!(
             core::mem::size_of::<Config>(),
-            48 + 32 + 24 + 8 + 16 + 16 + 56
+            48 + 32 + 24 + 8 + 16 + 16 + 56 + 8
         );
         assert_eq!(core::mem::align_of::<Config>(), 8);
         assert_eq!(core::mem::offset_of!(Config, stack_threshold_ns), 104);

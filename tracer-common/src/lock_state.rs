@@ -73,11 +73,14 @@ pub struct LockState {
     /// outside them) crossed the stack threshold. Kept across lock operations, so that the
     /// stacks of a hold expected to be long are walked before the lock is taken.
     pub long_holds: u8,
+    /// The same for waits: bit n set when this thread's last wait for cause n crossed the
+    /// stack threshold.
+    pub long_waits: u8,
     /// 1 when this lock operation was picked by the sampler for stacks and a user stack copy
     /// although it was not expected to be long: its events keep their stacks whatever their
     /// length.
     pub user_copy_sampled: u8,
-    pub _pad: [u8; 5],
+    pub _pad: [u8; 4],
     /// Kernel and user stacks walked at start_locking, when the wait began behind a holder
     /// (managed by the eBPF programs): outside the critical section, where walking costs only
     /// the waiter. The wait and the hold that follows reuse them.
@@ -107,13 +110,31 @@ impl LockState {
         miss_mode: 0,
         fault: 0,
         long_holds: 0,
+        long_waits: 0,
         user_copy_sampled: 0,
-        _pad: [0; 5],
+        _pad: [0; 4],
         start_kernel_stack: crate::NO_STACK,
         start_user_stack: crate::NO_STACK,
         user_copy_id: 0,
         blockers: Blockers::ZERO,
     };
+}
+
+/// Bit `cause` of a history byte (causes past 7 have no bit and are never expected long).
+#[inline(always)]
+fn has_bit(bits: u8, cause: u8) -> bool {
+    cause < 8 && bits & (1 << cause) != 0
+}
+
+#[inline(always)]
+fn set_bit(bits: &mut u8, cause: u8, on: bool) {
+    if cause < 8 {
+        if on {
+            *bits |= 1 << cause;
+        } else {
+            *bits &= !(1 << cause);
+        }
+    }
 }
 
 /// One tracepoint hit, decoded.
@@ -157,27 +178,34 @@ impl LockState {
     /// Back to idle, keeping only what predicts the thread's next lock operation.
     #[inline(always)]
     pub fn reset_keeping_history(&mut self) {
-        let long_holds = self.long_holds;
+        let (long_holds, long_waits) = (self.long_holds, self.long_waits);
         *self = Self::ZERO;
         self.long_holds = long_holds;
+        self.long_waits = long_waits;
     }
 
     /// Whether the last hold this thread took for `cause` crossed the stack threshold.
     #[inline(always)]
     pub fn expects_long_hold(&self, cause: u8) -> bool {
-        cause < 8 && self.long_holds & (1 << cause) != 0
+        has_bit(self.long_holds, cause)
+    }
+
+    /// Whether the last wait this thread made for `cause` crossed the stack threshold.
+    #[inline(always)]
+    pub fn expects_long_wait(&self, cause: u8) -> bool {
+        has_bit(self.long_waits, cause)
     }
 
     /// Remembers whether the hold just ended for `cause` crossed the stack threshold.
     #[inline(always)]
     pub fn note_hold_length(&mut self, cause: u8, long: bool) {
-        if cause < 8 {
-            if long {
-                self.long_holds |= 1 << cause;
-            } else {
-                self.long_holds &= !(1 << cause);
-            }
-        }
+        set_bit(&mut self.long_holds, cause, long);
+    }
+
+    /// Remembers whether the wait just ended for `cause` crossed the stack threshold.
+    #[inline(always)]
+    pub fn note_wait_length(&mut self, cause: u8, long: bool) {
+        set_bit(&mut self.long_waits, cause, long);
     }
 
     /// Advances the state by one event at time `now` and says what to record.
@@ -591,6 +619,8 @@ mod tests {
         st.note_hold_length(0, true);
         st.note_hold_length(0, false);
         st.note_hold_length(9, true);
+        st.note_wait_length(1, true);
+        st.note_wait_length(2, false);
         st.hold_start_ns = 5;
         st.user_copy_id = 7;
         st.user_copy_sampled = 1;
@@ -600,5 +630,10 @@ mod tests {
         assert!(st.expects_long_hold(2));
         assert!(!st.expects_long_hold(0));
         assert!(!st.expects_long_hold(9));
+        assert!(st.expects_long_wait(1));
+        assert!(
+            !st.expects_long_wait(2),
+            "waits and holds keep separate histories"
+        );
     }
 }

@@ -249,14 +249,20 @@ fn begin_attributed_wait<C: LockContext>(
         faults::count_fault_lock();
     }
     st.blockers = blockers::begin_wait(mm, locker.tid, st.wait_mode == MODE_WRITE);
-    // Queued behind a holder, this wait will most likely cross the stack threshold; and a hold
-    // whose predecessor for the same cause did will likely do so again. Walk the stacks now
-    // rather than at acquire or release, which run inside the critical section where every
-    // waiter pays for the walk. A sample of the other operations gets its stacks too
-    // (`user_copy_sampled` keeps them whatever their length), so that the common short paths
-    // are named.
-    let expected_long = st.blockers.count != 0
-        || st.expects_long_hold(syscalls::current(locker))
+    // Walk the stacks now, when this operation is expected to be long, rather than at acquire
+    // or release, which run inside the critical section where every waiter pays for the walk.
+    // A wait is expected long when it queued behind a hold that has already lasted the stack
+    // threshold, or behind anyone when this thread's last wait for the same cause crossed it;
+    // a hold, when its predecessor for the same cause did. Merely queueing predicts nothing:
+    // on a busy lock most waits behind a holder last microseconds. A sample of the other
+    // operations gets its stacks too (`user_copy_sampled` keeps them whatever their length),
+    // so that the common short paths are named.
+    let cause = syscalls::current(locker);
+    let queued = st.blockers.count != 0;
+    let expected_long = (queued
+        && (st.blockers.longest_held(now) >= config().stack_threshold_ns
+            || st.expects_long_wait(cause)))
+        || st.expects_long_hold(cause)
         || user_stacks::sample_at_start(locker, st);
     if st.start_kernel_stack == NO_STACK && expected_long {
         (st.start_kernel_stack, st.start_user_stack) = walk_stacks(ctx);
@@ -334,6 +340,7 @@ fn apply<C: LockContext>(
     if let Some((mode, ns)) = fx.wait {
         add_totals(outside, mode, |t| t.add_wait(ns));
         let contended = fx.wait_contended_ns;
+        st.note_wait_length(reason.syscall, ns >= config().stack_threshold_ns);
         let waiter = aggregate(ctx, locker, KIND_WAIT, mode, ns, reason, false, st, |v| {
             atomic_add(unsafe { addr_of_mut!((*v).contended_ns) }, contended)
         });
@@ -430,11 +437,13 @@ fn add_sleep(hold: &AggKey, stack: i32, ns: u64) {
     }
 }
 
-/// Adds one duration to its stack's entry and returns the entry's key. Stacks are taken only
-/// for durations over the threshold (or when `force`): walking them costs microseconds, and
-/// acquire_returned / released run inside the critical section, where every nanosecond is paid
-/// by all waiters. Stacks already walked at start_locking are reused (the same code path: the
-/// caller that locks is the one that unlocks).
+/// Adds one duration to its stack's entry and returns the entry's key. Stacks are kept for
+/// durations over the stack threshold (or when `force`: a hold that blocked someone, a sampled
+/// operation): the ones walked at start_locking, outside the critical section, when the
+/// operation was expected to be long or was sampled (the caller that locks is the one that
+/// unlocks: the same code path). One that was not gets its stacks walked here, inside the
+/// critical section where all waiters pay for the microseconds it takes, only past the late
+/// threshold (1 ms unless every stack is asked for); shorter ones are grouped without a stack.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn aggregate<C: LockContext>(
@@ -454,8 +463,10 @@ fn aggregate<C: LockContext>(
         (NO_STACK, NO_STACK)
     } else if st.start_kernel_stack != NO_STACK {
         (st.start_kernel_stack, st.start_user_stack)
-    } else {
+    } else if ns >= cfg.late_stack_threshold_ns {
         walk_stacks(ctx)
+    } else {
+        (NO_STACK, NO_STACK)
     };
     let key = AggKey {
         pid: locker.pid,

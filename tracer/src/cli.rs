@@ -130,7 +130,11 @@ pub struct Cli {
     pub top: usize,
 
     /// Take stacks for waits and holds at least this long (e.g. 0, 500ns, 10us, 1ms). Shorter
-    /// ones are counted and timed but grouped without a stack; 0 stacks everything.
+    /// ones are counted and timed but grouped without a stack; 0 stacks everything. Stacks are
+    /// walked before the lock is taken, for operations expected to last this long (behind a
+    /// long hold, or long the last time); one that turns out long unexpectedly gets its stacks
+    /// only from 1 ms (or this threshold, if larger), since walking them inside the critical
+    /// section costs every waiter.
     #[arg(long, default_value = "10us", value_parser = parse_duration_ns, value_name = "DURATION")]
     pub stack_threshold: u64,
 

@@ -142,6 +142,7 @@ impl Probes {
             task_flags_offset: offsets.task_flags,
             mm_mmap_lock_offset: offsets.mm_mmap_lock,
             stack_threshold_ns: settings.stack_threshold_ns,
+            late_stack_threshold_ns: late_stack_threshold(settings.stack_threshold_ns),
             attribution: settings.attribution as u32,
             tracer_tgid: std::process::id(),
             per_thread: settings.per_thread as u32,
@@ -318,6 +319,16 @@ impl Probes {
             *n += dropped_here;
         }
         Ok(harvest)
+    }
+}
+
+/// Operations that were not expected to be long get their stacks walked inside the critical
+/// section only past this (every stack with --stack-threshold 0, which asks for them all).
+fn late_stack_threshold(stack_threshold_ns: u64) -> u64 {
+    if stack_threshold_ns == 0 {
+        0
+    } else {
+        stack_threshold_ns.max(tracer_common::LATE_STACK_FLOOR_NS)
     }
 }
 
@@ -545,5 +556,17 @@ fn explain_permission(err: anyhow::Error, doing: &str) -> anyhow::Error {
         anyhow!("not enough privilege for {doing}: needs CAP_BPF and CAP_PERFMON (or root): {text}")
     } else {
         err.context(format!("{doing} failed"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn late_walks_only_for_long_operations_unless_every_stack_is_asked_for() {
+        assert_eq!(late_stack_threshold(0), 0);
+        assert_eq!(late_stack_threshold(10_000), 1_000_000);
+        assert_eq!(late_stack_threshold(5_000_000), 5_000_000);
     }
 }
