@@ -391,10 +391,10 @@ pub struct Config {
     /// behind, the holding thread for the off-CPU split). 0 is the timing-only mode (`--lean`):
     /// the verifier prunes all of it from the lock programs.
     pub attribution: u32,
-    /// Non-zero: `--lean` with at most FAST_TARGETS listed targets, aggregated per target, mode,
-    /// kind and log2 slot in the LEAN_AGG array, found through FAST_TARGETS without a hash
-    /// lookup.
-    pub fast_targets: u32,
+    /// Non-zero: at most FAST_TARGETS listed targets (no `-a`), found through the TARGET_SLOTS
+    /// array instead of a hash lookup; with `--lean` and no per-thread rows, aggregated in the
+    /// LEAN_AGG array per target, kind and mode.
+    pub target_slots: u32,
     pub _pad: u32,
     /// Waits and holds at least this long get their stacks walked when they end, inside the
     /// critical section (every waiter pays for that walk) if they were not walked at
@@ -406,10 +406,10 @@ pub struct Config {
 /// an operation this long costs its waiters far more than the walk does.
 pub const LATE_STACK_FLOOR_NS: u64 = 1_000_000;
 
-/// Targets the lean path recognises without a hash lookup.
+/// Listed targets recognised without a hash lookup.
 pub const FAST_TARGETS: usize = 8;
 
-/// The lean path's targets: slot i is the target `pids[i]` (0: free), whose mm is `mms[i]` once
+/// The listed targets: slot i is the target `pids[i]` (0: free), whose mm is `mms[i]` once
 /// one of its threads locked it (learnt by the programs; a new mm after an exec replaces it).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -460,7 +460,7 @@ impl Config {
         user_regs_known: 0,
         user_stack_budget: 0,
         attribution: 0,
-        fast_targets: 0,
+        target_slots: 0,
         _pad: 0,
         late_stack_threshold_ns: 0,
     };

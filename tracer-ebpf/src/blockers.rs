@@ -9,7 +9,13 @@ use tracer_common::{
 
 use core::ptr::addr_of_mut;
 
-use crate::maps::{atomic_add, count, slot_of, BLOCKED, FULL_BLOCKED, HOLDERS, HOLDER_INFO};
+use aya_ebpf::{macros::map, maps::Array};
+use tracer_common::FAST_TARGETS;
+
+use crate::{
+    maps::{atomic_add, count, slot_of, BLOCKED, FULL_BLOCKED, HOLDERS, HOLDER_INFO},
+    target::{Locker, NO_SLOT},
+};
 
 const BPF_NOEXIST: u64 = 1;
 
@@ -20,8 +26,19 @@ pub struct EndedHold {
     pub hold_start_ns: u64,
 }
 
+/// Holders of the targets in TARGET_SLOTS, by slot: an array access, not a hash lookup, on
+/// every acquire and release (inside the critical section).
+#[map]
+static HOLDERS_BY_SLOT: Array<Holders> = Array::with_max_entries(FAST_TARGETS as u32, 0);
+
+/// The holder set of the target mm `mm`, locked by `locker`.
 #[inline(always)]
-fn holders_of(mm: u64) -> Option<&'static mut Holders> {
+fn holders_of(locker: &Locker, mm: u64) -> Option<&'static mut Holders> {
+    if locker.slot != NO_SLOT {
+        return HOLDERS_BY_SLOT
+            .get_ptr_mut(locker.slot as u32)
+            .map(|h| unsafe { &mut *h });
+    }
     if HOLDERS.get_ptr_mut(&mm).is_none() {
         let _ = HOLDERS.insert(&mm, &Holders::ZERO, BPF_NOEXIST);
     }
@@ -31,22 +48,22 @@ fn holders_of(mm: u64) -> Option<&'static mut Holders> {
 /// A wait begins: returns the holders it waits behind (marking them as blocking), and queues a
 /// writer so that readers arriving after it are charged to it too.
 #[inline(always)]
-pub fn begin_wait(mm: u64, waiter_tid: u32, write: bool) -> Blockers {
-    let Some(holders) = holders_of(mm) else {
+pub fn begin_wait(locker: &Locker, mm: u64, write: bool) -> Blockers {
+    let Some(holders) = holders_of(locker, mm) else {
         return Blockers::ZERO;
     };
-    let blockers = holders.blockers_of(waiter_tid, write);
+    let blockers = holders.blockers_of(locker.tid, write);
     if write {
-        holders.queue_writer(waiter_tid);
+        holders.queue_writer(locker.tid);
     }
     blockers
 }
 
 /// A writer's wait ended without the lock (interrupted, or a failed trylock).
 #[inline(always)]
-pub fn abandon_wait(mm: u64, waiter_tid: u32) {
-    if let Some(holders) = holders_of(mm) {
-        holders.unqueue_writer(waiter_tid);
+pub fn abandon_wait(locker: &Locker, mm: u64) {
+    if let Some(holders) = holders_of(locker, mm) {
+        holders.unqueue_writer(locker.tid);
     }
 }
 
@@ -54,8 +71,8 @@ pub fn abandon_wait(mm: u64, waiter_tid: u32) {
 /// (`held_since`, `held_mode`) if it changed, and records the current one.
 #[inline(always)]
 pub fn track_holders(
+    locker: &Locker,
     mm: u64,
-    tid: u32,
     held_since: u64,
     held_mode: u8,
     st: &LockState,
@@ -64,9 +81,10 @@ pub fn track_holders(
     if now_since == held_since {
         return EndedHold::default();
     }
-    let Some(holders) = holders_of(mm) else {
+    let Some(holders) = holders_of(locker, mm) else {
         return EndedHold::default();
     };
+    let tid = locker.tid;
     let mut ended = EndedHold::default();
     if held_since != 0 {
         if let Some(hold) = holders.remove(held_mode == MODE_WRITE, tid) {

@@ -10,7 +10,10 @@ use aya_ebpf::{
 };
 use tracer_common::{LockState, StateKey};
 
-use crate::maps::{armed, config, LOCK_STATE, TARGET_MMS};
+use crate::{
+    maps::{armed, config, LOCK_STATE},
+    target::is_target_mm,
+};
 
 #[tracepoint]
 pub fn contention_begin(ctx: TracePointContext) -> u32 {
@@ -62,8 +65,8 @@ fn end(lock: u64) {
 #[inline(always)]
 fn waiter_state(lock: u64) -> Option<&'static mut LockState> {
     let mm = lock.wrapping_sub(config().mm_mmap_lock_offset as u64);
-    unsafe { TARGET_MMS.get(&mm) }?;
-    if !armed() {
+    // Every contended lock of the machine comes here: the cheapest test first.
+    if !is_target_mm(mm) || !armed() {
         return None;
     }
     let key = StateKey {

@@ -165,16 +165,15 @@ pub struct Reason {
 #[inline(always)]
 fn on_lock_event<C: LockContext>(ctx: &C, args: LockArgs) -> Result<(), i64> {
     let cfg = config();
-    if cfg.fast_targets != 0 {
-        if let Some(handled) = lean::on_lock_event(&args) {
-            return handled;
-        }
-    }
     let mm = args.mm;
     let Some(locker) = classify(mm) else {
         return Ok(());
     };
     if !armed() {
+        return Ok(());
+    }
+    if lean::takes(&locker) {
+        lean::on_lock_event(&locker, &args);
         return Ok(());
     }
     let event = decode(&args);
@@ -211,9 +210,9 @@ fn on_lock_event<C: LockContext>(ctx: &C, args: LockArgs) -> Result<(), i64> {
         // queue. Plain field tests rather than matching the Option effects: LLVM packs those
         // into code the verifier rejects here.
         if waiting_for_write && st.wait_start_ns == 0 && st.hold_start_ns != now {
-            blockers::abandon_wait(mm, locker.tid);
+            blockers::abandon_wait(&locker, mm);
         }
-        ended = blockers::track_holders(mm, locker.tid, held_since, held_mode, st);
+        ended = blockers::track_holders(&locker, mm, held_since, held_mode, st);
         track_holding_thread(locker.tid, mm, held_since != 0, st.hold_start_ns != 0);
         syscall = syscalls::charge(&locker, &effects);
     }
@@ -248,7 +247,7 @@ fn begin_attributed_wait<C: LockContext>(
     if faulting {
         faults::count_fault_lock();
     }
-    st.blockers = blockers::begin_wait(mm, locker.tid, st.wait_mode == MODE_WRITE);
+    st.blockers = blockers::begin_wait(locker, mm, st.wait_mode == MODE_WRITE);
     // Walk the stacks now, when this operation is expected to be long, rather than at acquire
     // or release, which run inside the critical section where every waiter pays for the walk.
     // A wait is expected long when it queued behind a hold that has already lasted the stack

@@ -4,8 +4,10 @@ use aya_ebpf::helpers::{
     bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_probe_read_kernel,
 };
 
+use aya_ebpf::{macros::map, maps::Array};
+use tracer_common::{Config, Counter, FastTargets, FAST_TARGETS};
+
 use crate::maps::{config, count, DISCOVER, LOCKER_COMMS, TARGET_MMS, TARGET_TGIDS};
-use tracer_common::Counter;
 
 /// Who locked a target's mm.
 pub struct Locker {
@@ -15,7 +17,18 @@ pub struct Locker {
     pub tid: u32,
     /// Tgid of the locker when it is not the target itself, else 0.
     pub outside_pid: u32,
+    /// The target's index in TARGET_SLOTS, or NO_SLOT when the targets are found by hash.
+    pub slot: usize,
 }
+
+/// The listed targets, when there are at most FAST_TARGETS of them (`Config::target_slots`):
+/// slot i is target `pids[i]` (0: free), whose mm is `mms[i]` once learnt. Looking through
+/// them is a few compares in an array the verifier inlines, instead of a hash lookup on every
+/// lock event of every process on the machine.
+#[map]
+pub static TARGET_SLOTS: Array<FastTargets> = Array::with_max_entries(1, 0);
+
+pub const NO_SLOT: usize = FAST_TARGETS;
 
 /// Returns the locker when `mm` belongs to a target, learning target mms on the way: a target's
 /// thread locking its own mm, or the tracer locking a target's mm on purpose (discovery). In
@@ -30,6 +43,9 @@ pub fn classify(mm: u64) -> Option<Locker> {
         // The tracer's own locks (reading /proc of the targets) are never traced.
         discover(mm, cfg.task_mm_offset);
         return None;
+    }
+    if cfg.target_slots != 0 {
+        return classify_by_slot(mm, tgid, tid, cfg);
     }
     let system_wide = cfg.system_wide != 0;
     if let Some(owner) = unsafe { TARGET_MMS.get(&mm) } {
@@ -54,6 +70,7 @@ pub fn classify(mm: u64) -> Option<Locker> {
             pid: owner,
             tid,
             outside_pid: tgid,
+            slot: NO_SLOT,
         });
     }
     if is_listed_target(tgid) {
@@ -74,12 +91,83 @@ pub fn classify(mm: u64) -> Option<Locker> {
     None
 }
 
+/// `classify` for listed targets in TARGET_SLOTS: the same decisions, without a hash lookup.
+#[inline(always)]
+fn classify_by_slot(mm: u64, tgid: u32, tid: u32, cfg: &Config) -> Option<Locker> {
+    let targets = unsafe { &mut *TARGET_SLOTS.get_ptr_mut(0)? };
+    let slot = slot_of_pid(targets, tgid);
+    if slot != NO_SLOT {
+        if targets.mms[slot] != mm {
+            // Its first lock (or the first after an exec), or a target thread locking another
+            // process's mm (reading its /proc files): only its own mm is a target mm.
+            if current_mm(cfg.task_mm_offset) != mm {
+                return None;
+            }
+            register(mm, tgid, false);
+        }
+        return Some(Locker {
+            slot,
+            ..own_lock(tgid, tid)
+        });
+    }
+    let slot = slot_of_mm(targets, mm);
+    if slot == NO_SLOT {
+        return None;
+    }
+    if owns_as_user_process(mm, cfg) {
+        // The target exited and its mm_struct was reused by this process (see `classify`).
+        targets.mms[slot] = 0;
+        let _ = TARGET_MMS.remove(&mm);
+        return None;
+    }
+    remember_comm(tgid);
+    Some(Locker {
+        pid: targets.pids[slot],
+        tid,
+        outside_pid: tgid,
+        slot,
+    })
+}
+
+#[inline(always)]
+fn slot_of_pid(targets: &FastTargets, tgid: u32) -> usize {
+    for i in 0..FAST_TARGETS {
+        if targets.pids[i] == tgid {
+            return i;
+        }
+    }
+    NO_SLOT
+}
+
+/// The slot of a target mm, or NO_SLOT.
+#[inline(always)]
+pub fn slot_of_mm(targets: &FastTargets, mm: u64) -> usize {
+    for i in 0..FAST_TARGETS {
+        if targets.mms[i] == mm {
+            return i;
+        }
+    }
+    NO_SLOT
+}
+
+/// True when `mm` is a target's: through the slots when the targets are listed in them.
+#[inline(always)]
+pub fn is_target_mm(mm: u64) -> bool {
+    if config().target_slots == 0 {
+        return unsafe { TARGET_MMS.get(&mm) }.is_some();
+    }
+    TARGET_SLOTS
+        .get(0)
+        .is_some_and(|targets| slot_of_mm(targets, mm) != NO_SLOT)
+}
+
 #[inline(always)]
 fn own_lock(tgid: u32, tid: u32) -> Locker {
     Locker {
         pid: tgid,
         tid,
         outside_pid: 0,
+        slot: NO_SLOT,
     }
 }
 
@@ -119,11 +207,28 @@ pub fn register(mm: u64, pid: u32, name: bool) {
     if TARGET_MMS.insert(&mm, &pid, 0).is_err() {
         count(Counter::TargetMapFull);
     }
-    crate::lean::note_mm(pid, mm);
+    note_slot_mm(pid, mm);
     if name {
         if let Ok(comm) = bpf_get_current_comm() {
             let _ = LOCKER_COMMS.insert(&pid, &comm, 0);
         }
+    }
+}
+
+/// Records `mm` as target `pid`'s in its slot, if it has one (discovery of an idle target's mm
+/// by the tracer, a target's first lock).
+#[inline(always)]
+fn note_slot_mm(pid: u32, mm: u64) {
+    if config().target_slots == 0 {
+        return;
+    }
+    let Some(targets) = TARGET_SLOTS.get_ptr_mut(0) else {
+        return;
+    };
+    let targets = unsafe { &mut *targets };
+    let slot = slot_of_pid(targets, pid);
+    if slot != NO_SLOT {
+        targets.mms[slot] = mm;
     }
 }
 
@@ -133,7 +238,7 @@ const PF_KTHREAD: u32 = 0x0020_0000;
 /// True when `mm` is the current task's own mm and the task is a user process (kernel threads
 /// such as vhost workers borrow other processes' mms with kthread_use_mm).
 #[inline(always)]
-fn owns_as_user_process(mm: u64, cfg: &tracer_common::Config) -> bool {
+fn owns_as_user_process(mm: u64, cfg: &Config) -> bool {
     if current_mm(cfg.task_mm_offset) != mm {
         return false;
     }

@@ -73,10 +73,7 @@ pub fn run(mut cli: Cli) -> Result<i32> {
         stack_copies: stack_copies(&cli, &offsets),
         system_wide: targets.is_system_wide(),
         classic_tracepoints: cli.classic_tracepoints,
-        fast_lean: cli.lean
-            && !per_thread
-            && !targets.is_system_wide()
-            && cli.pid.len() <= tracer_common::FAST_TARGETS,
+        target_slots: !targets.is_system_wide() && cli.pid.len() <= tracer_common::FAST_TARGETS,
     };
     let mut probes = Probes::load(&settings, &tracefs, &offsets)?;
     for &pid in &cli.pid {

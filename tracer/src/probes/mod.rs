@@ -56,9 +56,10 @@ pub struct ProbeSettings {
     /// Classic tracepoints even where BTF tracepoints would do (a hidden flag, so that tests
     /// cover the fallback).
     pub classic_tracepoints: bool,
-    /// The lean path at constant cost: `--lean` on at most FAST_TARGETS targets given before
-    /// `add_target`, aggregated without per-thread rows.
-    pub fast_lean: bool,
+    /// At most FAST_TARGETS targets, all added (`add_target`) before arming, and no `-a`: the
+    /// programs find them in an array instead of a hash map (and `--lean` without per-thread
+    /// rows aggregates them in an array too).
+    pub target_slots: bool,
 }
 
 /// Capacity of the maps keyed by mm or process (TARGET_MMS, HOLDERS, LOCKER_COMMS) in
@@ -90,8 +91,10 @@ pub struct Probes {
     /// Present when stack copies were asked for.
     user_stacks: Option<UserStackReader>,
     features: Features,
-    /// With the fast lean path: the targets in TARGET_SLOTS order.
-    fast_slots: Option<Vec<u32>>,
+    /// With target slots: the targets in TARGET_SLOTS order.
+    slots: Option<Vec<u32>>,
+    /// Whether the lean path's LEAN_AGG array holds the targets' own entries.
+    lean_array: bool,
 }
 
 /// Loads `name` (once) and attaches it to each tracepoint in `tps`, all or nothing: a family
@@ -149,7 +152,7 @@ impl Probes {
             user_stacks: settings.user_stacks as u32,
             timeline_threshold_ns: settings.timeline_threshold_ns,
             system_wide: settings.system_wide as u32,
-            fast_targets: settings.fast_lean as u32,
+            target_slots: settings.target_slots as u32,
             ..Config::ZERO
         };
         mmap_lock::configure(tracefs, &mut config)?;
@@ -218,7 +221,8 @@ impl Probes {
             timeline,
             user_stacks,
             features,
-            fast_slots: settings.fast_lean.then(Vec::new),
+            slots: settings.target_slots.then(Vec::new),
+            lean_array: settings.target_slots && !settings.attribution && !settings.per_thread,
         })
     }
 
@@ -232,15 +236,16 @@ impl Probes {
     pub fn add_target(&mut self, pid: u32) -> Result<()> {
         let mut tgids: BpfHashMap<_, u32, u32> = map(&mut self.ebpf, "TARGET_TGIDS")?;
         tgids.insert(pid, 0, 0).context("registering target pid")?;
-        if let Some(slots) = &mut self.fast_slots {
+        if let Some(slots) = &mut self.slots {
             if slots.len() >= FAST_TARGETS {
-                bail!("the lean path takes at most {FAST_TARGETS} targets");
+                bail!("target slots hold at most {FAST_TARGETS} targets");
             }
-            slots.push(pid);
-            let mut targets = FastTargets::default();
-            targets.pids[..slots.len()].copy_from_slice(slots);
             let mut array: Array<_, FastTargets> = map(&mut self.ebpf, "TARGET_SLOTS")?;
+            // Keeps the mms the programs learnt for the targets added before.
+            let mut targets = array.get(&0, 0).context("reading TARGET_SLOTS")?;
+            targets.pids[slots.len()] = pid;
             array.set(0, targets, 0).context("registering target pid")?;
+            slots.push(pid);
         }
         Ok(())
     }
@@ -379,7 +384,7 @@ fn read_maps(probes: &Probes, timeline: Vec<tracer_common::TimelineEvent>) -> Re
             max_is_upper_bound: false,
         })
         .collect();
-    if let Some(slots) = &probes.fast_slots {
+    if let (true, Some(slots)) = (probes.lean_array, &probes.slots) {
         entries.extend(read_lean_entries(&map_ref(ebpf, "LEAN_AGG")?, slots)?);
     }
     let mut harvest = Harvest {
