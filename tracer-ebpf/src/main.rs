@@ -6,6 +6,7 @@
 mod blockers;
 mod contention;
 mod faults;
+mod floor;
 mod maps;
 mod mmap_lock;
 mod sched;

@@ -37,6 +37,15 @@ pub enum WeightArg {
     Count,
 }
 
+/// The empty programs of `--bench-floor`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BenchFloor {
+    /// Classic tracepoints, as the tracer's own mmap_lock programs.
+    Classic,
+    /// BTF tracepoints (tp_btf).
+    Btf,
+}
+
 /// How the trace is shown while it runs.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum View {
@@ -177,6 +186,11 @@ pub struct Cli {
     /// use it to fill them).
     #[arg(long, hide = true, value_parser = parse_ring_bytes, value_name = "BYTES")]
     pub ring_bytes: Option<u32>,
+
+    /// For `cargo xtask bench`: attach only empty programs of this kind to the mmap_lock
+    /// tracepoints and wait for the targets to exit, with no report.
+    #[arg(long, hide = true, value_enum, requires = "pid", value_name = "KIND")]
+    pub bench_floor: Option<BenchFloor>,
 
     /// More logging on stderr (repeat for more).
     #[arg(short, long, action = clap::ArgAction::Count)]
