@@ -62,9 +62,10 @@ pub fn for_tracing(command: &str, build: bool) -> Result<()> {
     Ok(())
 }
 
-/// Installs Debian's bpftrace when missing: `cargo xtask bench` compares against it. Only the
-/// bench needs it, so neither `setup` nor `test` installs it.
-pub fn ensure_bpftrace() -> Result<()> {
+/// Installs what `cargo xtask bench` needs beyond tracing when missing: Debian's bpftrace,
+/// which it compares against, and bpftool, which names the programs whose bpf_stats it reads.
+/// Only the bench needs them, so neither `setup` nor `test` installs them.
+pub fn ensure_bench_packages() -> Result<()> {
     let mut setup = Setup {
         options: Options {
             dry_run: false,
@@ -73,7 +74,8 @@ pub fn ensure_bpftrace() -> Result<()> {
         root: is_root(),
         apt_updated: false,
     };
-    setup.ensure_apt_package("bpftrace")
+    setup.ensure_apt_package("bpftrace")?;
+    setup.ensure_apt_package("bpftool")
 }
 
 /// Whether we run as root, from the effective uid (no libc needed).
