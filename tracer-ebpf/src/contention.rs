@@ -5,8 +5,8 @@
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
-    macros::{btf_tracepoint, tracepoint},
-    programs::{BtfTracePointContext, TracePointContext},
+    macros::btf_tracepoint,
+    programs::BtfTracePointContext,
 };
 use tracer_common::{LockState, StateKey};
 
@@ -15,22 +15,20 @@ use crate::{
     target::is_target_mm,
 };
 
-#[tracepoint]
-pub fn contention_begin(ctx: TracePointContext) -> u32 {
-    let lock = unsafe { ctx.read_at(config().contention_begin_lock as usize) };
-    if let Ok(lock) = lock {
-        begin(lock);
+classic_tracepoint! {
+    fn contention_begin(ctx) {
+        if let Ok(lock) = unsafe { ctx.read_at(config().contention_begin_lock as usize) } {
+            begin(lock);
+        }
     }
-    crate::KEEP_EVENT
 }
 
-#[tracepoint]
-pub fn contention_end(ctx: TracePointContext) -> u32 {
-    let lock = unsafe { ctx.read_at(config().contention_end_lock as usize) };
-    if let Ok(lock) = lock {
-        end(lock);
+classic_tracepoint! {
+    fn contention_end(ctx) {
+        if let Ok(lock) = unsafe { ctx.read_at(config().contention_end_lock as usize) } {
+            end(lock);
+        }
     }
-    crate::KEEP_EVENT
 }
 
 /// contention_begin(void *lock, unsigned int flags).

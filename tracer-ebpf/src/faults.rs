@@ -7,11 +7,7 @@
 //! exceptions, the syscall number for syscalls). The total of the targets' faults comes from
 //! /proc in user space.
 
-use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel},
-    macros::tracepoint,
-    programs::TracePointContext,
-};
+use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel};
 use tracer_common::{FAULTS_FILEMAP, FAULTS_FILEMAP_UNDER_LOCK, FAULTS_TOOK_MMAP_LOCK};
 
 use crate::{
@@ -20,16 +16,16 @@ use crate::{
     target::{is_target_tgid, Locker},
 };
 
-#[tracepoint]
-pub fn mm_filemap_fault(_ctx: TracePointContext) -> u32 {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    if is_target_tgid((pid_tgid >> 32) as u32) && armed() {
-        add_to(&FAULT_COUNTS, FAULTS_FILEMAP, 1);
-        if unsafe { TID_HOLDING.get(&(pid_tgid as u32)) }.is_some_and(|mm| *mm != 0) {
-            add_to(&FAULT_COUNTS, FAULTS_FILEMAP_UNDER_LOCK, 1);
+classic_tracepoint! {
+    fn mm_filemap_fault(ctx) {
+        let pid_tgid = bpf_get_current_pid_tgid();
+        if is_target_tgid((pid_tgid >> 32) as u32) && armed() {
+            add_to(&FAULT_COUNTS, FAULTS_FILEMAP, 1);
+            if unsafe { TID_HOLDING.get(&(pid_tgid as u32)) }.is_some_and(|mm| *mm != 0) {
+                add_to(&FAULT_COUNTS, FAULTS_FILEMAP_UNDER_LOCK, 1);
+            }
         }
     }
-    crate::KEEP_EVENT
 }
 
 /// True when the target thread locking now does so for a user page fault: it entered the

@@ -8,7 +8,7 @@
 use aya_ebpf::{
     bindings::BPF_F_USER_STACK,
     helpers::bpf_ktime_get_ns,
-    macros::{btf_tracepoint, tracepoint},
+    macros::btf_tracepoint,
     programs::{tracing::StackIdContext, BtfTracePointContext, TracePointContext},
 };
 use core::ptr::addr_of_mut;
@@ -58,19 +58,22 @@ pub struct LockArgs {
 // formats a perf record for every hit before the program runs, about 15% of a lock-bound
 // target's throughput on its own.
 
-#[tracepoint]
-pub fn mmap_lock_start_locking(ctx: TracePointContext) -> u32 {
-    classic(&ctx, Hook::StartLocking)
+classic_tracepoint! {
+    fn mmap_lock_start_locking(ctx) {
+        classic(&ctx, Hook::StartLocking);
+    }
 }
 
-#[tracepoint]
-pub fn mmap_lock_acquire_returned(ctx: TracePointContext) -> u32 {
-    classic(&ctx, Hook::AcquireReturned)
+classic_tracepoint! {
+    fn mmap_lock_acquire_returned(ctx) {
+        classic(&ctx, Hook::AcquireReturned);
+    }
 }
 
-#[tracepoint]
-pub fn mmap_lock_released(ctx: TracePointContext) -> u32 {
-    classic(&ctx, Hook::Released)
+classic_tracepoint! {
+    fn mmap_lock_released(ctx) {
+        classic(&ctx, Hook::Released);
+    }
 }
 
 // BTF tracepoints (tp_btf): the arguments straight from the trace call, no record. Two sets,
@@ -123,11 +126,10 @@ fn btf<const WRITE: usize>(ctx: &BtfTracePointContext, hook: Hook) -> i32 {
 }
 
 #[inline(always)]
-fn classic(ctx: &TracePointContext, hook: Hook) -> u32 {
+fn classic(ctx: &TracePointContext, hook: Hook) {
     if let Ok(args) = classic_args(ctx, hook) {
         let _ = on_lock_event(ctx, args);
     }
-    crate::KEEP_EVENT
 }
 
 /// The fields of the perf record, where tracefs said they are.

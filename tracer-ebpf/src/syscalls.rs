@@ -3,7 +3,6 @@
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
-    macros::tracepoint,
     programs::TracePointContext,
 };
 use tracer_common::{Effects, SyscallState, MM_SYSCALLS};
@@ -13,18 +12,18 @@ use crate::{
     target::{is_target_tgid, Locker},
 };
 
-/// Attached to every sys_enter_* of MM_SYSCALLS.
-#[tracepoint]
-pub fn mm_syscall_enter(ctx: TracePointContext) -> u32 {
-    let _ = try_enter(&ctx);
-    crate::KEEP_EVENT
+classic_tracepoint! {
+    /// Attached to every sys_enter_* of MM_SYSCALLS.
+    fn mm_syscall_enter(ctx) {
+        let _ = try_enter(&ctx);
+    }
 }
 
-/// Attached to every sys_exit_* of MM_SYSCALLS.
-#[tracepoint]
-pub fn mm_syscall_exit(_ctx: TracePointContext) -> u32 {
-    let _ = try_exit();
-    crate::KEEP_EVENT
+classic_tracepoint! {
+    /// Attached to every sys_exit_* of MM_SYSCALLS.
+    fn mm_syscall_exit(ctx) {
+        let _ = try_exit();
+    }
 }
 
 #[inline(always)]

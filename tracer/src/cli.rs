@@ -37,6 +37,15 @@ pub enum WeightArg {
     Count,
 }
 
+/// The empty programs of `--bench-floor`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BenchFloor {
+    /// Classic tracepoints, as the tracer's own mmap_lock programs.
+    Classic,
+    /// BTF tracepoints (tp_btf).
+    Btf,
+}
+
 /// How the trace is shown while it runs.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum View {
@@ -186,6 +195,11 @@ pub struct Cli {
     /// the fallback that kernels without BTF for the events get).
     #[arg(long, hide = true)]
     pub classic_tracepoints: bool,
+
+    /// For `cargo xtask bench`: attach only empty programs of this kind to the mmap_lock
+    /// tracepoints and wait for the targets to exit, with no report.
+    #[arg(long, hide = true, value_enum, requires = "pid", value_name = "KIND")]
+    pub bench_floor: Option<BenchFloor>,
 
     /// More logging on stderr (repeat for more).
     #[arg(short, long, action = clap::ArgAction::Count)]

@@ -28,6 +28,9 @@ use tracer_common::Counter;
 /// Runs one trace; returns the exit status: 0, or a launched command's own.
 pub fn run(mut cli: Cli) -> Result<i32> {
     init_logging(cli.verbose);
+    if let Some(floor) = cli.bench_floor {
+        return crate::probes::floor::run(floor, &cli.pid);
+    }
     let mut launched = if cli.command.is_empty() {
         None
     } else {

@@ -138,9 +138,11 @@ pub struct FilesArgs {
     #[arg(long, value_name = "K", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
     pub files: u32,
 
-    /// Size of each file (binary suffixes allowed).
-    #[arg(long, value_name = "BYTES", default_value = "4M", value_parser = parse_size)]
-    pub file_size: usize,
+    /// Size of each file (binary suffixes allowed), or a range MIN-MAX such as 1K-16K: sizes
+    /// spread log-uniformly over it, the same on every run, as in a real tree (/usr/share)
+    /// where small files are the many.
+    #[arg(long, value_name = "BYTES|MIN-MAX", default_value = "4M", value_parser = parse_size_range)]
+    pub file_size: SizeRange,
 
     /// Wall time to run for.
     #[arg(long, value_name = "SECS", default_value = "3", value_parser = parse_seconds)]
@@ -149,6 +151,22 @@ pub struct FilesArgs {
     /// Directory in which a fresh subdirectory holds the files while the mode runs.
     #[arg(long, value_name = "PATH", default_value_os_t = std::env::temp_dir())]
     pub dir: PathBuf,
+}
+
+/// The sizes of the `files` mode's files, `min == max` for a single size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SizeRange {
+    pub min: usize,
+    pub max: usize,
+}
+
+impl SizeRange {
+    pub const fn exactly(size: usize) -> Self {
+        Self {
+            min: size,
+            max: size,
+        }
+    }
 }
 
 /// How the `files` mode reads a file.
@@ -237,6 +255,22 @@ pub fn parse_seconds(text: &str) -> Result<Duration, String> {
         .map_err(|_| format!("`{text}` is not a number of seconds"))?;
     Duration::try_from_secs_f64(seconds)
         .map_err(|_| format!("`{text}` is not a finite, non-negative number of seconds"))
+}
+
+/// Parses one size (`4M`) or a range of sizes (`1K-16K`), each as `parse_size`, the smaller
+/// first.
+pub fn parse_size_range(text: &str) -> Result<SizeRange, String> {
+    let Some((min, max)) = text.split_once('-') else {
+        return parse_size(text).map(SizeRange::exactly);
+    };
+    let range = SizeRange {
+        min: parse_size(min)?,
+        max: parse_size(max)?,
+    };
+    if range.min > range.max {
+        return Err(format!("`{text}`: the smaller size goes first"));
+    }
+    Ok(range)
 }
 
 /// Parses a byte count: plain digits, or digits with a binary suffix K/M/G (1024-based; `KiB`,
@@ -441,7 +475,7 @@ mod tests {
         };
         assert_eq!(args.method, ReadMethod::Pread);
         assert_eq!((args.threads, args.files), (4, 8));
-        assert_eq!(args.file_size, 4 * MIB);
+        assert_eq!(args.file_size, SizeRange::exactly(4 * MIB));
         assert_eq!(args.seconds, Duration::from_secs(3));
         assert_eq!(args.dir, std::env::temp_dir());
     }
@@ -468,15 +502,39 @@ mod tests {
         };
         assert_eq!(args.method, ReadMethod::Mmap);
         assert_eq!((args.threads, args.files), (1, 2));
-        assert_eq!(args.file_size, 64 * 1024);
+        assert_eq!(args.file_size, SizeRange::exactly(64 * 1024));
         assert_eq!(args.seconds, Duration::from_millis(500));
         assert_eq!(args.dir, PathBuf::from("/var/tmp"));
 
-        for bad in [["--threads", "0"], ["--files", "0"], ["--file-size", "0"]] {
+        for bad in [
+            ["--threads", "0"],
+            ["--files", "0"],
+            ["--file-size", "0"],
+            ["--file-size", "0-4K"],
+            ["--file-size", "16K-1K"],
+            ["--file-size", "1K-"],
+            ["--file-size", "-16K"],
+            ["--file-size", "1K-4K-16K"],
+        ] {
             let mut args = vec!["files", "--method", "mmap"];
             args.extend(bad);
             assert!(parse(&args).is_err(), "{args:?}");
         }
+    }
+
+    #[test]
+    fn file_sizes_are_one_size_or_a_range() {
+        assert_eq!(parse_size_range("64K"), Ok(SizeRange::exactly(64 * 1024)));
+        assert_eq!(
+            parse_size_range("1K-16K"),
+            Ok(SizeRange {
+                min: 1024,
+                max: 16 * 1024
+            })
+        );
+        assert_eq!(parse_size_range("4K-4K"), Ok(SizeRange::exactly(4096)));
+        let error = parse_size_range("16K-1K").expect_err("reversed");
+        assert!(error.contains("smaller size goes first"), "{error}");
     }
 
     #[test]

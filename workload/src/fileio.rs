@@ -102,7 +102,8 @@ pub fn create_new(path: &Path) -> Result<File> {
 /// Writes `len` bytes of non-zero data from the current position. Non-zero, because a file of
 /// holes or zeroes would read back without real pages being needed (and tests check the bytes).
 pub fn fill(file: &mut File, len: usize, path: &Path) -> Result<()> {
-    let block: Vec<u8> = (0..FILL_BLOCK).map(filler_byte).collect();
+    // No bigger than the file: tens of thousands of small files would each build a whole block.
+    let block: Vec<u8> = (0..FILL_BLOCK.min(len)).map(filler_byte).collect();
     let mut left = len;
     while left > 0 {
         let now = left.min(block.len());

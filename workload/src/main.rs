@@ -41,7 +41,8 @@ fn main() -> Result<()> {
         Mode::Churn(args) => start.begin(out).and_then(|()| churn::run(args, out)),
         Mode::Hold(args) => start.begin(out).and_then(|()| hold::run(args, out)),
         Mode::Idle(args) => start.begin(out).and_then(|()| idle::run(args, out)),
-        Mode::Files(args) => start.begin(out).and_then(|()| files::run(args, out)),
+        // Creates its files before `started`: writing thousands of them is not the work.
+        Mode::Files(args) => files::run(args, start, out),
         // Sets its file up before `started`: the caller needs the mapping's address to aim an
         // outside reader at it while the process still waits at the gates.
         Mode::Filemap(args) => remote::run_filemap(args, start, out),

@@ -294,6 +294,61 @@ fn files_reads_with_both_methods_and_cleans_up() {
     }
 }
 
+/// How many files the one subdirectory of `dir` holds (0 before it exists).
+fn files_in_subdirectory(dir: &std::path::Path) -> usize {
+    let Some(Ok(subdirectory)) = std::fs::read_dir(dir).expect("list").next() else {
+        return 0;
+    };
+    std::fs::read_dir(subdirectory.path()).map_or(0, Iterator::count)
+}
+
+#[test]
+fn files_of_a_size_range_are_made_before_started_and_read_at_their_sizes() {
+    let dir =
+        std::env::temp_dir().join(format!("mmapsem-process-test-{}-range", std::process::id()));
+    std::fs::create_dir(&dir).expect("test directory");
+    let dir_arg = dir.display().to_string();
+    let workload = Workload::start(&[
+        "--wait-signal",
+        "files",
+        "--method",
+        "mmap",
+        "--threads",
+        "4",
+        "--files",
+        "2000",
+        "--file-size",
+        "1K-16K",
+        "--seconds",
+        "0.3",
+        "--dir",
+        &dir_arg,
+    ]);
+    workload.expect_ready();
+    // The files are made while the workload waits for its signal, not after `started`.
+    let give_up = Instant::now() + PATIENCE;
+    while files_in_subdirectory(&dir) < 2000 {
+        assert!(Instant::now() < give_up, "the 2000 files never appeared");
+        thread::sleep(Duration::from_millis(10));
+    }
+    workload.expect_silence_for(Duration::from_millis(100));
+    workload.signal(libc::SIGUSR1);
+    assert_eq!(workload.next_line(), "started");
+    let rest = workload.finish();
+    let left = std::fs::read_dir(&dir).expect("list").count();
+    std::fs::remove_dir(&dir).expect("test directory is empty again");
+    assert_eq!(left, 0);
+    assert_eq!(rest.len(), 1, "{rest:?}");
+    let files_read = field(&rest[0], "files_read");
+    let bytes = field(&rest[0], "bytes");
+    assert!(files_read > 0, "{rest:?}");
+    assert!(
+        (files_read * 1024..=files_read * 16 * 1024).contains(&bytes),
+        "{rest:?}"
+    );
+    assert_eq!(text_field(&rest[0], "method"), "mmap");
+}
+
 #[test]
 fn proc_mem_read_reads_a_live_filemap_target() {
     let target = Workload::start(&[

@@ -1,8 +1,10 @@
 //! `cargo xtask bench`: what tracing costs the traced process. Runs each workload untraced,
-//! traced by mmapsem-trace and traced by an equivalent bpftrace script (bench/mmapsem.bt),
-//! alternating so that drifts of the machine (other builds, thermal) hit all three alike, then
-//! prints medians, per-program ns/event from the kernel's bpf_stats, the tracer's own CPU and
-//! memory, and its lost-event counters, and records them in BENCHMARKS.md.
+//! under two floors (empty programs on the three mmap_lock tracepoints, as classic and as BTF
+//! tracepoints), traced by mmapsem-trace and traced by an equivalent bpftrace script
+//! (bench/mmapsem.bt), alternating so that drifts of the machine (other builds, thermal) hit
+//! them all alike, then prints medians as ratios to untraced and to the tp_btf floor,
+//! per-program ns/event from the kernel's bpf_stats, the tracer's own CPU and memory, and its
+//! lost-event counters, and records them in BENCHMARKS.md.
 
 use std::collections::BTreeMap;
 use std::io::BufReader;
@@ -38,11 +40,20 @@ pub struct Options {
     pub seconds: u32,
     pub build: bool,
     pub record: bool,
+    /// Run only the workloads whose name contains this.
+    pub only: Option<String>,
 }
 
+/// In the order of the rotation and of the table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Tool {
     Untraced,
+    /// Empty programs as BTF tracepoints: the least any tracer of these events can cost, and
+    /// the reference every tracer is also given against.
+    FloorBtf,
+    /// Empty programs as classic tracepoints, the kind the tracer's programs are: the kernel
+    /// formats a perf record on every hit before the program runs.
+    FloorClassic,
     /// Defaults: user stacks unwound from copies (`--user-stack dwarf`).
     Mmapsem,
     /// Frame-pointer user stacks only: the difference to `Mmapsem` is what the copies cost.
@@ -53,8 +64,10 @@ enum Tool {
 }
 
 impl Tool {
-    const ALL: [Self; 5] = [
+    const ALL: [Self; 7] = [
         Self::Untraced,
+        Self::FloorBtf,
+        Self::FloorClassic,
         Self::Mmapsem,
         Self::MmapsemFp,
         Self::MmapsemLean,
@@ -64,6 +77,8 @@ impl Tool {
     fn name(self) -> &'static str {
         match self {
             Self::Untraced => "untraced",
+            Self::FloorBtf => "floor (tp_btf)",
+            Self::FloorClassic => "floor (classic tracepoints)",
             Self::Mmapsem => "mmapsem-trace",
             Self::MmapsemFp => "mmapsem-trace --user-stack fp",
             Self::MmapsemLean => "mmapsem-trace --lean",
@@ -71,22 +86,48 @@ impl Tool {
         }
     }
 
-    fn is_mmapsem(self) -> bool {
+    /// Runs the mmapsem-trace binary, which must then exit successfully.
+    fn runs_mmapsem_trace(self) -> bool {
+        self.writes_report() || matches!(self, Self::FloorBtf | Self::FloorClassic)
+    }
+
+    /// Writes a JSON report with lost-event counters (the floors write none).
+    fn writes_report(self) -> bool {
         matches!(self, Self::Mmapsem | Self::MmapsemFp | Self::MmapsemLean)
     }
 }
 
 /// A workload run and the summary line key that counts its work.
+#[derive(Debug)]
 struct Scenario {
     name: &'static str,
     args: Vec<String>,
     work_key: &'static str,
 }
 
+/// Every workload, the headline first: tens of thousands of small files mapped and unmapped
+/// by 8 threads, the most lock events per second a realistic target makes.
 fn scenarios(seconds: u32) -> Vec<Scenario> {
     let seconds = seconds.to_string();
     let args = |list: &[&str]| list.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
     vec![
+        Scenario {
+            name: "small-files",
+            args: args(&[
+                "files",
+                "--method",
+                "mmap",
+                "--threads",
+                "8",
+                "--files",
+                "20000",
+                "--file-size",
+                "1K-16K",
+                "--seconds",
+                &seconds,
+            ]),
+            work_key: "files_read",
+        },
         Scenario {
             name: "files --method mmap --threads 8",
             args: args(&[
@@ -108,12 +149,55 @@ fn scenarios(seconds: u32) -> Vec<Scenario> {
     ]
 }
 
-/// One eBPF program's counters from `bpftool prog show` (cumulative since load).
+/// The scenarios whose name contains `only` (all without it); an error naming them all when
+/// none does.
+fn select_scenarios(all: Vec<Scenario>, only: Option<&str>) -> Result<Vec<Scenario>> {
+    let Some(only) = only else {
+        return Ok(all);
+    };
+    let names: Vec<&str> = all.iter().map(|s| s.name).collect();
+    let names = names.join(", ");
+    let chosen: Vec<Scenario> = all.into_iter().filter(|s| s.name.contains(only)).collect();
+    if chosen.is_empty() {
+        bail!("no workload matches --only {only:?} (workloads: {names})");
+    }
+    Ok(chosen)
+}
+
+/// One eBPF program's counters over a run's window, named by bpftool.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProgramStats {
     pub name: String,
     pub run_time_ns: u64,
     pub run_cnt: u64,
+}
+
+/// What each program did between two readings of the cumulative counters, named by `names`
+/// (program id -> name). A program missing from `before` was loaded in between: it counts
+/// whole.
+fn counters_since(
+    after: &[parse::ProgFdinfo],
+    before: &[parse::ProgFdinfo],
+    names: &BTreeMap<u32, String>,
+) -> Vec<ProgramStats> {
+    after
+        .iter()
+        .map(|program| {
+            let earlier = before.iter().find(|p| p.id == program.id);
+            ProgramStats {
+                name: names
+                    .get(&program.id)
+                    .cloned()
+                    .unwrap_or_else(|| format!("id {}", program.id)),
+                run_time_ns: program
+                    .run_time_ns
+                    .saturating_sub(earlier.map_or(0, |p| p.run_time_ns)),
+                run_cnt: program
+                    .run_cnt
+                    .saturating_sub(earlier.map_or(0, |p| p.run_cnt)),
+            }
+        })
+        .collect()
 }
 
 /// What one run measured.
@@ -122,7 +206,8 @@ struct Sample {
     /// Units of work per second (files read, churn iterations).
     throughput: f64,
     programs: Vec<ProgramStats>,
-    /// Seconds between arming the workload and reading bpf_stats.
+    /// Seconds over which `programs` counted: from soon after the workload's `started` to
+    /// shortly before its end.
     stats_window_s: f64,
     /// The tracer's CPU time over the workload's run, as a share of one core.
     daemon_cpu_share: Option<f64>,
@@ -135,12 +220,17 @@ pub fn run(options: &Options) -> Result<()> {
     if options.reps == 0 || options.seconds < 2 {
         bail!("--reps must be at least 1 and --seconds at least 2");
     }
+    if options.only.is_some() && options.record {
+        bail!(
+            "--only runs part of the bench; add --no-record (BENCHMARKS.md holds every workload)"
+        );
+    }
+    let scenarios = select_scenarios(scenarios(options.seconds), options.only.as_deref())?;
     setup::for_tracing("bench", options.build)?;
-    setup::ensure_bpftrace()?;
+    setup::ensure_bench_packages()?;
     let machine = Machine::describe()?;
     let _stats = BpfStats::enable()?;
-    let mut samples: BTreeMap<(usize, Tool), Vec<Sample>> = BTreeMap::new();
-    let scenarios = scenarios(options.seconds);
+    let mut samples = Samples::new();
     for rep in 1..=options.reps {
         for (index, scenario) in scenarios.iter().enumerate() {
             for tool in Tool::ALL {
@@ -174,27 +264,24 @@ fn run_once(scenario: &Scenario, tool: Tool, seconds: u32) -> Result<Sample> {
     let args: Vec<&str> = scenario.args.iter().map(String::as_str).collect();
     let (mut workload, stdout, pid) = spawn_held_workload(&args)?;
     let report = std::env::temp_dir().join(format!("mmapsem-bench-{pid}.json"));
-    let mut tracer = match tool {
-        Tool::Untraced => None,
-        Tool::Mmapsem => Some(start_mmapsem(pid, &report, &[])?),
-        Tool::MmapsemFp => Some(start_mmapsem(pid, &report, &["--user-stack", "fp"])?),
-        Tool::MmapsemLean => Some(start_mmapsem(pid, &report, &["--lean"])?),
-        Tool::Bpftrace => Some(start_bpftrace(pid)?),
-    };
+    let mut tracer = start_tool(tool, pid, &report)?;
     let tracer_pid = tracer.as_ref().map(|t| t.child.id());
     let poller = tracer_pid.map(ProcPoller::start);
-    let cpu_before = tracer_pid.and_then(read_proc_stat);
 
-    let armed_at = Instant::now();
     Cmd::new("kill").args(&["-USR1", &pid.to_string()]).run()?;
+    let mut output = lines(stdout);
+    // The measured window opens at `started`, not at the signal: the files modes make their
+    // files first (seconds' worth for small-files' 20 000).
+    if !output.by_ref().any(|line| line == "started") {
+        bail!("the workload exited before printing `started`");
+    }
+    let armed_at = Instant::now();
+    let cpu_before = tracer_pid.and_then(read_proc_stat);
     let stats_reader = tracer_pid.map(|tracer_pid| {
-        let at = Duration::from_secs(seconds.into()).saturating_sub(STATS_MARGIN);
-        thread::spawn(move || {
-            thread::sleep(at);
-            (program_stats(tracer_pid), armed_at.elapsed())
-        })
+        let until = armed_at + Duration::from_secs(seconds.into()).saturating_sub(STATS_MARGIN);
+        thread::spawn(move || window_stats(tracer_pid, until))
     });
-    let output: Vec<String> = lines(stdout).collect();
+    let output: Vec<String> = output.collect();
     workload.wait()?;
     let run_s = armed_at.elapsed().as_secs_f64();
     let cpu_after = tracer_pid.and_then(read_proc_stat);
@@ -211,8 +298,8 @@ fn run_once(scenario: &Scenario, tool: Tool, seconds: u32) -> Result<Sample> {
     if let Some(reader) = stats_reader {
         let (programs, window) = reader
             .join()
-            .map_err(|_| anyhow::anyhow!("bpf_stats reader panicked"))?;
-        sample.programs = programs?;
+            .map_err(|_| anyhow::anyhow!("bpf_stats reader panicked"))??;
+        sample.programs = programs;
         sample.stats_window_s = window.as_secs_f64();
     }
     if let Some(tracer) = tracer.as_mut() {
@@ -223,7 +310,7 @@ fn run_once(scenario: &Scenario, tool: Tool, seconds: u32) -> Result<Sample> {
                 .run()?;
         }
         let status = tracer.wait_for(EXIT_TIMEOUT)?;
-        if !status.success() && tool.is_mmapsem() {
+        if !status.success() && tool.runs_mmapsem_trace() {
             bail!("mmapsem-trace failed ({status})");
         }
     }
@@ -233,34 +320,44 @@ fn run_once(scenario: &Scenario, tool: Tool, seconds: u32) -> Result<Sample> {
     if let Some(poller) = poller {
         sample.daemon_peak_rss_kib = poller.finish();
     }
-    if tool.is_mmapsem() {
+    if tool.writes_report() {
         sample.lost = lost_events(&report)?;
         let _ = std::fs::remove_file(&report);
     }
     Ok(sample)
 }
 
-fn start_mmapsem(pid: u32, report: &Path, extra: &[&str]) -> Result<Guarded> {
-    let cmd = Cmd::new(&binary("mmapsem-trace"))
-        .args(&[
-            "-p",
-            &pid.to_string(),
-            "--no-live",
-            "--format",
-            "json",
-            "-o",
-            &report.display().to_string(),
-        ])
-        .args(extra);
+/// Starts `tool` on `pid` and waits until it is attached; None for the untraced run.
+fn start_tool(tool: Tool, pid: u32, report: &Path) -> Result<Option<Guarded>> {
+    let pid = pid.to_string();
+    let report = report.display().to_string();
+    let mmapsem = |extra: &[&str]| {
+        let report_args = ["--no-live", "--format", "json", "-o", &report];
+        start_mmapsem(&[&["-p", &pid], &report_args[..], extra].concat())
+    };
+    let tracer = match tool {
+        Tool::Untraced => return Ok(None),
+        Tool::FloorBtf => start_mmapsem(&["-p", &pid, "--bench-floor", "btf"])?,
+        Tool::FloorClassic => start_mmapsem(&["-p", &pid, "--bench-floor", "classic"])?,
+        Tool::Mmapsem => mmapsem(&[])?,
+        Tool::MmapsemFp => mmapsem(&["--user-stack", "fp"])?,
+        Tool::MmapsemLean => mmapsem(&["--lean"])?,
+        Tool::Bpftrace => start_bpftrace(&pid)?,
+    };
+    Ok(Some(tracer))
+}
+
+fn start_mmapsem(args: &[&str]) -> Result<Guarded> {
+    let cmd = Cmd::new(&binary("mmapsem-trace")).args(args);
     let mut tracer = Guarded::new("mmapsem-trace", cmd.spawn(Stdio::null(), Stdio::piped())?);
     let stderr = tracer.child.stderr.take().context("tracer stderr")?;
     wait_for_line(stderr, "attached", &mut tracer)?;
     Ok(tracer)
 }
 
-fn start_bpftrace(pid: u32) -> Result<Guarded> {
+fn start_bpftrace(pid: &str) -> Result<Guarded> {
     let script = paths::workspace_root().join("bench/mmapsem.bt");
-    let cmd = Cmd::new("bpftrace").args(&[script.display().to_string(), pid.to_string()]);
+    let cmd = Cmd::new("bpftrace").args(&[&script.display().to_string(), pid]);
     // stderr: bpftrace warns that it cannot raise RLIMIT_MEMLOCK (harmless on this kernel).
     let mut tracer = Guarded::new("bpftrace", cmd.spawn(Stdio::piped(), Stdio::null())?);
     let stdout = tracer.child.stdout.take().context("bpftrace stdout")?;
@@ -294,17 +391,28 @@ pub fn wait_for_line(
     }
 }
 
-/// The programs process `pid` holds open, with their bpf_stats counters from the fds'
-/// fdinfo (Debian's bpftool cannot say which process holds a program), named by bpftool.
-fn program_stats(pid: u32) -> Result<Vec<ProgramStats>> {
+/// The programs' counters over a window from now until `until`, with the window's length.
+/// The cumulative counters are read at both ends and subtracted, so that the load, the
+/// attaching and the workload's set-up stay out; bpftool names them after the second reading.
+fn window_stats(tracer_pid: u32, until: Instant) -> Result<(Vec<ProgramStats>, Duration)> {
+    let before = program_counters(tracer_pid)?;
+    let from = Instant::now();
+    thread::sleep(until.saturating_duration_since(from));
+    let after = program_counters(tracer_pid)?;
+    let window = from.elapsed();
     let names = parse::bpftool_program_names(
         &Cmd::new("bpftool")
             .args(&["-j", "prog", "show"])
             .probe_ok()?,
     )?;
+    Ok((counters_since(&after, &before, &names), window))
+}
+
+/// The programs process `pid` holds open, with their bpf_stats counters from the fds'
+/// fdinfo (Debian's bpftool cannot say which process holds a program).
+fn program_counters(pid: u32) -> Result<Vec<parse::ProgFdinfo>> {
     let fd_dir = format!("/proc/{pid}/fd");
-    let mut seen = std::collections::BTreeSet::new();
-    let mut programs = Vec::new();
+    let mut programs: Vec<parse::ProgFdinfo> = Vec::new();
     for entry in std::fs::read_dir(&fd_dir).with_context(|| format!("listing {fd_dir}"))? {
         let fd = entry?.file_name();
         let link = std::fs::read_link(format!("{fd_dir}/{}", fd.to_string_lossy()));
@@ -317,15 +425,8 @@ fn program_stats(pid: u32) -> Result<Vec<ProgramStats>> {
         let Some(prog) = parse::bpf_prog_fdinfo(&fdinfo) else {
             continue;
         };
-        if seen.insert(prog.id) {
-            programs.push(ProgramStats {
-                name: names
-                    .get(&prog.id)
-                    .cloned()
-                    .unwrap_or_else(|| format!("id {}", prog.id)),
-                run_time_ns: prog.run_time_ns,
-                run_cnt: prog.run_cnt,
-            });
+        if programs.iter().all(|known| known.id != prog.id) {
+            programs.push(prog);
         }
     }
     Ok(programs)
@@ -474,63 +575,66 @@ fn events_per_second(sample: &Sample) -> f64 {
     events as f64 / sample.stats_window_s.max(f64::MIN_POSITIVE)
 }
 
+/// Every run's sample, by (workload index, tool).
+type Samples = BTreeMap<(usize, Tool), Vec<Sample>>;
+
+fn median_throughput(samples: &Samples, index: usize, tool: Tool) -> Option<f64> {
+    median_of(samples.get(&(index, tool))?, |s| Some(s.throughput))
+}
+
+/// `tool`'s median throughput on workload `index` over `reference`'s; None when either did
+/// not run.
+fn throughput_ratio(samples: &Samples, index: usize, tool: Tool, reference: Tool) -> Option<f64> {
+    Some(median_throughput(samples, index, tool)? / median_throughput(samples, index, reference)?)
+}
+
+/// The lock events per second of the untraced run, which no program counts: the tp_btf
+/// floor's events per unit of work (its empty programs see every event and do nothing else)
+/// times the untraced throughput.
+fn untraced_events_estimate(samples: &Samples, index: usize) -> Option<f64> {
+    let floor = samples.get(&(index, Tool::FloorBtf))?;
+    let per_unit = median_of(floor, |s| {
+        (s.throughput > 0.0).then(|| events_per_second(s) / s.throughput)
+    })?;
+    Some(per_unit * median_throughput(samples, index, Tool::Untraced)?)
+}
+
 fn render_results(
     machine: &Machine,
     options: &Options,
     scenarios: &[Scenario],
-    samples: &BTreeMap<(usize, Tool), Vec<Sample>>,
+    samples: &Samples,
 ) -> String {
-    let mut out = String::new();
-    out.push_str(&format!(
+    let tools: Vec<&str> = Tool::ALL.iter().map(|tool| tool.name()).collect();
+    let workloads: Vec<String> = scenarios
+        .iter()
+        .map(|s| format!("{}: `mmapsem-workload {}`", s.name, s.args.join(" ")))
+        .collect();
+    let mut out = format!(
         "Run of {} (kernel {}, {} CPUs, {}; load average {} at the start), {} repetitions of \
-         {} s each, alternating untraced / mmapsem-trace (default, --user-stack fp, --lean) / \
-         bpftrace.\n\n",
+         {} s each, alternating {}. Workloads: {}. The floors are empty programs on the three \
+         mmap_lock tracepoints (`mmapsem-trace --bench-floor btf|classic`). events/s is runs \
+         per second of the tool's programs, which see every process's events (the floors': \
+         the machine's mmap_lock events); untraced's `~` is the tp_btf floor's events per \
+         unit of work times untraced throughput.\n\n",
         machine.date,
         machine.kernel,
         machine.cpus,
         machine.cpu_model,
         machine.load,
         options.reps,
-        options.seconds
-    ));
+        options.seconds,
+        tools.join(" / "),
+        workloads.join("; ")
+    );
     out.push_str(
-        "| workload | tracer | median throughput (/s) | vs untraced | events/s | tracer CPU \
-         (% of a core) | tracer peak RSS (MiB) | lost |\n|---|---|---:|---:|---:|---:|---:|---:|\n",
+        "| workload | tracer | median throughput (/s) | vs untraced | vs floor (tp_btf) | \
+         events/s | tracer CPU (% of a core) | tracer peak RSS (MiB) | lost |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for (index, scenario) in scenarios.iter().enumerate() {
-        let baseline = median_throughput(samples.get(&(index, Tool::Untraced)));
         for tool in Tool::ALL {
-            let Some(runs) = samples.get(&(index, tool)) else {
-                continue;
-            };
-            let throughput = median_throughput(Some(runs));
-            let traced = tool != Tool::Untraced;
-            let cell = |value: Option<String>| value.unwrap_or_else(|| "-".to_owned());
-            out.push_str(&format!(
-                "| {} | {} | {:.0} | {:.2}x | {} | {} | {} | {} |\n",
-                scenario.name,
-                tool.name(),
-                throughput,
-                throughput / baseline,
-                cell(traced.then(|| format!(
-                    "{:.0}",
-                    median(&mut runs.iter().map(events_per_second).collect::<Vec<_>>())
-                ))),
-                cell(median_of(runs, |s| s.daemon_cpu_share).map(|c| format!("{:.1}", c * 100.0))),
-                cell(
-                    runs.iter()
-                        .filter_map(|s| s.daemon_peak_rss_kib)
-                        .max()
-                        .map(|k| format!("{:.1}", k as f64 / 1024.0))
-                ),
-                cell(match tool {
-                    Tool::Mmapsem | Tool::MmapsemFp | Tool::MmapsemLean => {
-                        Some(lost_summary(runs))
-                    }
-                    Tool::Bpftrace => Some("not counted".to_owned()),
-                    Tool::Untraced => None,
-                }),
-            ));
+            out.extend(tool_row(scenario.name, index, tool, samples));
         }
     }
     out.push_str(
@@ -538,12 +642,7 @@ fn render_results(
          | workload | tracer | program | events | ns/event |\n|---|---|---|---:|---:|\n",
     );
     for (index, scenario) in scenarios.iter().enumerate() {
-        for tool in [
-            Tool::Mmapsem,
-            Tool::MmapsemFp,
-            Tool::MmapsemLean,
-            Tool::Bpftrace,
-        ] {
+        for tool in Tool::ALL {
             let Some(runs) = samples.get(&(index, tool)) else {
                 continue;
             };
@@ -563,6 +662,41 @@ fn render_results(
     out
 }
 
+/// One line of the main table: `tool`'s medians on workload `index`; None when it did not
+/// run there.
+fn tool_row(workload: &str, index: usize, tool: Tool, samples: &Samples) -> Option<String> {
+    let runs = samples.get(&(index, tool))?;
+    let cell = |value: Option<String>| value.unwrap_or_else(|| "-".to_owned());
+    let ratio = |reference| {
+        cell(throughput_ratio(samples, index, tool, reference).map(|r| format!("{r:.2}x")))
+    };
+    let events = match tool {
+        Tool::Untraced => untraced_events_estimate(samples, index).map(|e| format!("~{e:.0}")),
+        _ => median_of(runs, |s| Some(events_per_second(s))).map(|e| format!("{e:.0}")),
+    };
+    let lost = match tool {
+        _ if tool.writes_report() => Some(lost_summary(runs)),
+        Tool::Bpftrace => Some("not counted".to_owned()),
+        _ => None,
+    };
+    Some(format!(
+        "| {workload} | {} | {:.0} | {} | {} | {} | {} | {} | {} |\n",
+        tool.name(),
+        median_throughput(samples, index, tool).unwrap_or(f64::NAN),
+        ratio(Tool::Untraced),
+        ratio(Tool::FloorBtf),
+        cell(events),
+        cell(median_of(runs, |s| s.daemon_cpu_share).map(|c| format!("{:.1}", c * 100.0))),
+        cell(
+            runs.iter()
+                .filter_map(|s| s.daemon_peak_rss_kib)
+                .max()
+                .map(|k| format!("{:.1}", k as f64 / 1024.0))
+        ),
+        cell(lost),
+    ))
+}
+
 /// The lost or unpaired counters of every repetition, summed by name; `0` when none.
 fn lost_summary(runs: &[Sample]) -> String {
     let mut total: BTreeMap<&str, u64> = BTreeMap::new();
@@ -579,12 +713,6 @@ fn lost_summary(runs: &[Sample]) -> String {
         .map(|(name, n)| format!("{name}={n}"))
         .collect();
     names.join(", ")
-}
-
-fn median_throughput(runs: Option<&Vec<Sample>>) -> f64 {
-    runs.map_or(f64::NAN, |runs| {
-        median(&mut runs.iter().map(|s| s.throughput).collect::<Vec<_>>())
-    })
 }
 
 fn median_of(runs: &[Sample], value: impl Fn(&Sample) -> Option<f64>) -> Option<f64> {
@@ -657,5 +785,165 @@ mod tests {
             },
         ];
         assert_eq!(program_totals(&runs)["mmap_lock_relea"], (4000, 20));
+    }
+
+    /// A run of `throughput` per second whose programs ran `events` times (one program) in a
+    /// window of one second.
+    fn run(throughput: f64, events: u64) -> Sample {
+        Sample {
+            throughput,
+            programs: vec![ProgramStats {
+                name: "floor_btf_start_locking".to_owned(),
+                run_time_ns: events * 50,
+                run_cnt: events,
+            }],
+            stats_window_s: 1.0,
+            ..Sample::default()
+        }
+    }
+
+    /// Untraced at 100/s (median of three), the tp_btf floor at 95/s seeing 6 events per unit,
+    /// mmapsem-trace at 80/s.
+    fn samples() -> Samples {
+        let untraced = Sample {
+            throughput: 100.0,
+            ..Sample::default()
+        };
+        let mut samples = Samples::new();
+        samples.insert(
+            (0, Tool::Untraced),
+            vec![
+                Sample {
+                    throughput: 110.0,
+                    ..Sample::default()
+                },
+                untraced,
+                Sample {
+                    throughput: 90.0,
+                    ..Sample::default()
+                },
+            ],
+        );
+        samples.insert((0, Tool::FloorBtf), vec![run(95.0, 570)]);
+        samples.insert((0, Tool::Mmapsem), vec![run(80.0, 480)]);
+        samples
+    }
+
+    #[test]
+    fn throughput_is_compared_with_untraced_and_the_floor() {
+        let samples = samples();
+        let ratio = |tool, reference| throughput_ratio(&samples, 0, tool, reference);
+        assert_eq!(ratio(Tool::Mmapsem, Tool::Untraced), Some(0.8));
+        assert_eq!(ratio(Tool::Mmapsem, Tool::FloorBtf), Some(80.0 / 95.0));
+        assert_eq!(ratio(Tool::Untraced, Tool::FloorBtf), Some(100.0 / 95.0));
+        // Not run: no ratio rather than a made-up one.
+        assert_eq!(ratio(Tool::Bpftrace, Tool::Untraced), None);
+        assert_eq!(
+            throughput_ratio(&samples, 1, Tool::Mmapsem, Tool::Untraced),
+            None
+        );
+    }
+
+    #[test]
+    fn untraced_lock_events_are_estimated_from_the_floor() {
+        let samples = samples();
+        // 570 events/s at 95 units/s: 6 per unit, times untraced's 100 units/s.
+        assert_eq!(untraced_events_estimate(&samples, 0), Some(600.0));
+        let mut without_floor = samples;
+        without_floor.remove(&(0, Tool::FloorBtf));
+        assert_eq!(untraced_events_estimate(&without_floor, 0), None);
+    }
+
+    fn machine() -> Machine {
+        Machine {
+            date: "2026-12-01 10:00 UTC".to_owned(),
+            kernel: "6.18".to_owned(),
+            cpus: 2,
+            cpu_model: "AMD EPYC".to_owned(),
+            load: "0.10 0.20 0.30".to_owned(),
+        }
+    }
+
+    fn small_files() -> Vec<Scenario> {
+        select_scenarios(scenarios(5), Some("small")).expect("small-files")
+    }
+
+    #[test]
+    fn the_table_gives_both_ratios_and_every_tools_programs() {
+        let options = Options {
+            reps: 3,
+            seconds: 5,
+            build: false,
+            record: false,
+            only: None,
+        };
+        let table = render_results(&machine(), &options, &small_files(), &samples());
+        let rows: Vec<&str> = table
+            .lines()
+            .filter(|l| l.starts_with("| small-files"))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                "| small-files | untraced | 100 | 1.00x | 1.05x | ~600 | - | - | - |",
+                "| small-files | floor (tp_btf) | 95 | 0.95x | 1.00x | 570 | - | - | - |",
+                "| small-files | mmapsem-trace | 80 | 0.80x | 0.84x | 480 | - | - | 0 |",
+                "| small-files | floor (tp_btf) | floor_btf_start_locking | 570 | 50 |",
+                "| small-files | mmapsem-trace | floor_btf_start_locking | 480 | 50 |",
+            ]
+        );
+        assert!(table.contains("alternating untraced / floor (tp_btf) / floor (classic"));
+        assert!(table.contains(
+            "small-files: `mmapsem-workload files --method mmap --threads 8 \
+             --files 20000 --file-size 1K-16K --seconds 5`"
+        ));
+    }
+
+    #[test]
+    fn only_picks_workloads_by_part_of_their_name() {
+        let names = |only| -> Vec<&str> {
+            let chosen = select_scenarios(scenarios(5), only).expect("some match");
+            chosen.iter().map(|s| s.name).collect()
+        };
+        assert_eq!(names(Some("small")), ["small-files"]);
+        assert_eq!(names(Some("churn")), ["churn --threads 8"]);
+        assert_eq!(names(None).len(), 3);
+        assert_eq!(names(None)[0], "small-files", "the headline comes first");
+        let error = select_scenarios(scenarios(5), Some("large")).expect_err("no match");
+        let message = error.to_string();
+        assert!(message.contains("\"large\""), "{message}");
+        assert!(
+            message.contains("small-files, files --method mmap"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn program_counters_count_only_the_window() {
+        let counters = |id, run_time_ns, run_cnt| parse::ProgFdinfo {
+            id,
+            run_time_ns,
+            run_cnt,
+        };
+        let before = [counters(7, 1000, 10)];
+        let after = [counters(7, 4000, 40), counters(9, 500, 5)];
+        let names = BTreeMap::from([(7, "floor_btf_released".to_owned())]);
+        let window = counters_since(&after, &before, &names);
+        assert_eq!(
+            window,
+            [
+                ProgramStats {
+                    name: "floor_btf_released".to_owned(),
+                    run_time_ns: 3000,
+                    run_cnt: 30,
+                },
+                // Loaded after the first reading, and not named by bpftool.
+                ProgramStats {
+                    name: "id 9".to_owned(),
+                    run_time_ns: 500,
+                    run_cnt: 5,
+                },
+            ]
+        );
     }
 }

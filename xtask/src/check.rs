@@ -17,6 +17,7 @@ pub fn run(test_args: &[String]) -> Result<()> {
         // under MMAPSEM_REQUIRE_BPF=1) when they cannot attach.
         tracefs: Tracefs::WarnIfNotRoot,
     })?;
+    setup::for_tests()?;
     // The integration tests run the binaries, so they must exist before `cargo test`.
     workspace::build(Profile::Debug)?;
 

@@ -55,8 +55,9 @@ enum Command {
         #[arg(long)]
         no_build: bool,
     },
-    /// Measure what tracing costs: each workload untraced, under mmapsem-trace and under the
-    /// equivalent bpftrace script, alternating; records the table in BENCHMARKS.md (root).
+    /// Measure what tracing costs: each workload untraced, under empty-program floors, under
+    /// mmapsem-trace and under the equivalent bpftrace script, alternating; records the table
+    /// in BENCHMARKS.md (root).
     Bench {
         /// Repetitions of each (workload, tracer) pair.
         #[arg(long, default_value_t = 5)]
@@ -70,6 +71,10 @@ enum Command {
         /// Print the table only; leave BENCHMARKS.md alone.
         #[arg(long)]
         no_record: bool,
+        /// Run only the workloads whose name contains SCENARIO (`small` for small-files);
+        /// needs --no-record.
+        #[arg(long, value_name = "SCENARIO")]
+        only: Option<String>,
     },
     /// Trace the churn workload for a long time, sampling the tracer's RSS, map occupancy and
     /// lost counters every 10 s; records the curve in BENCHMARKS.md (root).
@@ -128,11 +133,13 @@ fn run(command: Command) -> Result<()> {
             seconds,
             no_build,
             no_record,
+            only,
         } => bench::run(&bench::Options {
             reps,
             seconds,
             build: !no_build,
             record: !no_record,
+            only,
         }),
         Command::Soak {
             minutes,

@@ -62,18 +62,34 @@ pub fn for_tracing(command: &str, build: bool) -> Result<()> {
     Ok(())
 }
 
-/// Installs Debian's bpftrace when missing: `cargo xtask bench` compares against it. Only the
-/// bench needs it, so neither `setup` nor `test` installs it.
-pub fn ensure_bpftrace() -> Result<()> {
-    let mut setup = Setup {
+/// Installs what `cargo xtask test` needs beyond building when it runs as root: Debian's perf,
+/// which the coexistence tests run beside the tracer.
+pub fn for_tests() -> Result<()> {
+    if !is_root() {
+        return Ok(());
+    }
+    packages_only().ensure_apt_package("linux-perf")
+}
+
+/// A setup that only installs Debian packages.
+fn packages_only() -> Setup {
+    Setup {
         options: Options {
             dry_run: false,
             tracefs: Tracefs::Skip,
         },
         root: is_root(),
         apt_updated: false,
-    };
-    setup.ensure_apt_package("bpftrace")
+    }
+}
+
+/// Installs what `cargo xtask bench` needs beyond tracing when missing: Debian's bpftrace,
+/// which it compares against, and bpftool, which names the programs whose bpf_stats it reads.
+/// Only the bench needs them, so neither `setup` nor `test` installs them.
+pub fn ensure_bench_packages() -> Result<()> {
+    let mut setup = packages_only();
+    setup.ensure_apt_package("bpftrace")?;
+    setup.ensure_apt_package("bpftool")
 }
 
 /// Whether we run as root, from the effective uid (no libc needed).

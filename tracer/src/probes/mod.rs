@@ -3,6 +3,7 @@
 
 mod contention;
 mod faults;
+pub mod floor;
 mod mmap_lock;
 mod sched;
 mod syscalls;

@@ -230,3 +230,42 @@ pub fn trace_workload(workload_args: &[&str], tracer_args: &[&str]) -> (TracerRe
     );
     (result, workload_output)
 }
+
+/// A churn run of a known size: 2 threads x 50 iterations, each mapping and unmapping.
+pub const PERF_CHURN: [&str; 7] = [
+    "churn",
+    "--threads",
+    "2",
+    "--iterations",
+    "50",
+    "--map-size",
+    "64K",
+];
+
+/// How many times `perf stat` saw mmap_lock_start_locking while PERF_CHURN ran under it
+/// (`cargo xtask test` installs perf; a missing perf fails the test).
+pub fn perf_counted_start_locking() -> u64 {
+    let output = Command::new("perf")
+        .args([
+            "stat",
+            "-x,",
+            "-e",
+            "mmap_lock:mmap_lock_start_locking",
+            "--",
+        ])
+        .arg(workload_path())
+        .args(PERF_CHURN)
+        .stdout(Stdio::null())
+        .output()
+        .expect("running perf (Debian's linux-perf)");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "perf stat failed: {stderr}");
+    let line = stderr
+        .lines()
+        .find(|line| line.contains("mmap_lock:mmap_lock_start_locking"))
+        .unwrap_or_else(|| panic!("no count in perf's output: {stderr}"));
+    let count = line.split(',').next().unwrap_or_default();
+    count
+        .parse()
+        .unwrap_or_else(|_| panic!("perf counted nothing: {line}"))
+}
