@@ -1,6 +1,7 @@
 //! Loading the eBPF object, attaching its programs and reading its maps. The only module that
 //! touches aya; it hands plain data (`model::Harvest`) to the rest.
 
+mod batch;
 mod contention;
 mod faults;
 pub mod floor;
@@ -377,7 +378,7 @@ fn configure_stack_copies(settings: &ProbeSettings, config: &mut Config) -> Resu
 fn read_maps(probes: &Probes, timeline: Vec<tracer_common::TimelineEvent>) -> Result<Harvest> {
     let ebpf = &probes.ebpf;
     let target_mms = read_target_mms(ebpf)?;
-    let mut entries: Vec<RawEntry> = read_shared(&map_ref(ebpf, "AGG")?)?
+    let mut entries: Vec<RawEntry> = read_shared(ebpf, "AGG")?
         .into_iter()
         .map(|(key, value)| RawEntry {
             key,
@@ -395,8 +396,8 @@ fn read_maps(probes: &Probes, timeline: Vec<tracer_common::TimelineEvent>) -> Re
         counters: read_counters(&map_ref(ebpf, "COUNTERS")?)?,
         locker_comms: read_comms(&map_ref(ebpf, "LOCKER_COMMS")?),
         in_flight: read_in_flight(&map_ref(ebpf, "LOCK_STATE")?, &target_mms),
-        blocked: read_shared(&map_ref(ebpf, "BLOCKED")?)?,
-        sleeps: read_shared(&map_ref(ebpf, "SLEEPS")?)?,
+        blocked: read_shared(ebpf, "BLOCKED")?,
+        sleeps: read_shared(ebpf, "SLEEPS")?,
         syscalls: read_array(&map_ref(ebpf, "SYSCALL_TOTALS")?, SyscallTotals::merge)?,
         faults: read_array(&map_ref(ebpf, "FAULT_COUNTS")?, |into: &mut u64, v| {
             *into += v
@@ -441,9 +442,19 @@ where
     Ok(T::try_from(m)?)
 }
 
-/// Every key of a hash map shared by all CPUs, with its value.
-fn read_shared<K: Pod, V: Pod>(map: &BpfHashMap<&MapData, K, V>) -> Result<Vec<(K, V)>> {
-    map.iter().map(|item| item.context("reading map")).collect()
+/// Every key of the hash map `name` (shared by all CPUs), with its value: in batches where the
+/// kernel has them, else one key at a time.
+fn read_shared<K: Pod, V: Pod>(ebpf: &Ebpf, name: &str) -> Result<Vec<(K, V)>> {
+    let raw = ebpf
+        .map(name)
+        .ok_or_else(|| anyhow!("eBPF object has no map {name}"))?;
+    if let Some(all) = batch::lookup_all(raw).with_context(|| format!("reading {name}"))? {
+        return Ok(all);
+    }
+    let map: BpfHashMap<&MapData, K, V> = map_ref(ebpf, name)?;
+    map.iter()
+        .map(|item| item.with_context(|| format!("reading {name}")))
+        .collect()
 }
 
 /// The lean path's per-CPU array as entries without stacks, one per target, kind and mode.

@@ -1,0 +1,92 @@
+//! Reading a whole hash map in a few syscalls (BPF_MAP_LOOKUP_BATCH), where aya's iterator
+//! takes two per key: the live view and interval reports read the aggregation maps every
+//! refresh, thousands of entries each.
+
+use std::os::fd::{AsFd as _, AsRawFd as _};
+
+use anyhow::{anyhow, bail, Result};
+use aya::{
+    maps::{Map, MapData},
+    Pod,
+};
+
+/// BPF_MAP_LOOKUP_BATCH from include/uapi/linux/bpf.h.
+const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
+/// The kernel's ENOTSUPP (not in libc: it never reaches user space but here).
+const ENOTSUPP: i32 = 524;
+/// Keys and values fetched per syscall.
+const CHUNK: usize = 1024;
+
+/// The `batch` member of `union bpf_attr`.
+#[repr(C)]
+#[derive(Default)]
+struct BatchAttr {
+    in_batch: u64,
+    out_batch: u64,
+    keys: u64,
+    values: u64,
+    count: u32,
+    map_fd: u32,
+    elem_flags: u64,
+    flags: u64,
+}
+
+/// Every entry of a hash map shared by all CPUs (not a per-CPU one: its values are laid out
+/// per CPU), `None` when the kernel has no batch operations for it (before 5.6), so that the
+/// caller falls back to iterating.
+pub fn lookup_all<K: Pod, V: Pod>(map: &Map) -> Result<Option<Vec<(K, V)>>> {
+    let data = match map {
+        Map::HashMap(data) | Map::LruHashMap(data) => data,
+        _ => bail!("batched lookup of a map that is not a shared hash map"),
+    };
+    lookup_all_in::<K, V>(data)
+}
+
+fn lookup_all_in<K: Pod, V: Pod>(data: &MapData) -> Result<Option<Vec<(K, V)>>> {
+    let fd = data.fd().as_fd().as_raw_fd();
+    let mut keys = vec![std::mem::MaybeUninit::<K>::uninit(); CHUNK];
+    let mut values = vec![std::mem::MaybeUninit::<V>::uninit(); CHUNK];
+    // The batch token of hash maps is a bucket index (u32); room for a key is more than enough.
+    let token_len = std::mem::size_of::<K>().max(8);
+    let (mut token_in, mut token_out) = (vec![0u8; token_len], vec![0u8; token_len]);
+    let mut out = Vec::new();
+    let mut first = true;
+    loop {
+        let mut attr = BatchAttr {
+            in_batch: if first { 0 } else { token_in.as_ptr() as u64 },
+            out_batch: token_out.as_mut_ptr() as u64,
+            keys: keys.as_mut_ptr() as u64,
+            values: values.as_mut_ptr() as u64,
+            count: CHUNK as u32,
+            map_fd: fd as u32,
+            ..BatchAttr::default()
+        };
+        // SAFETY: attr points at buffers of `count` keys and values and two tokens, all alive
+        // for the call; the kernel writes at most that much.
+        let ret = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_MAP_LOOKUP_BATCH,
+                &mut attr as *mut BatchAttr,
+                std::mem::size_of::<BatchAttr>(),
+            )
+        };
+        let errno = std::io::Error::last_os_error();
+        let got = attr.count as usize;
+        for i in 0..got.min(CHUNK) {
+            // SAFETY: the kernel filled the first `got` keys and values.
+            out.push(unsafe { (keys[i].assume_init(), values[i].assume_init()) });
+        }
+        if ret == 0 {
+            std::mem::swap(&mut token_in, &mut token_out);
+            first = false;
+            continue;
+        }
+        return match errno.raw_os_error() {
+            // The end of the map: the last entries came with it.
+            Some(libc::ENOENT) => Ok(Some(out)),
+            Some(libc::EINVAL | ENOTSUPP | libc::EOPNOTSUPP) if first => Ok(None),
+            _ => Err(anyhow!("BPF_MAP_LOOKUP_BATCH: {errno}")),
+        };
+    }
+}
