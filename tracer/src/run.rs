@@ -81,6 +81,7 @@ pub fn run(mut cli: Cli) -> Result<i32> {
     }
     let origin_ns = monotonic_ns();
     probes.set_armed(true)?;
+    probes.start_self_cost();
 
     let comm = match &launched {
         // Still the tracer's copy until it execs: name it after the command.

@@ -5,6 +5,7 @@ mod contention;
 mod faults;
 mod mmap_lock;
 mod sched;
+mod self_cost;
 mod syscalls;
 mod timeline;
 mod user_stacks;
@@ -83,6 +84,8 @@ pub struct Probes {
     /// Present when stack copies were asked for.
     user_stacks: Option<UserStackReader>,
     features: Features,
+    /// Keeps the kernel counting the programs' runs.
+    run_stats: self_cost::RunTimeStats,
 }
 
 /// Loads `name` (once) and attaches it to each tracepoint in `tps`, all or nothing: a family
@@ -205,6 +208,7 @@ impl Probes {
             timeline,
             user_stacks,
             features,
+            run_stats: self_cost::RunTimeStats::enable(),
         })
     }
 
@@ -274,7 +278,7 @@ impl Probes {
     /// Reads the cumulative maps while the programs keep running (the live and interval
     /// views). The timeline is left alone: it is drained by `drain_timeline` and `harvest`.
     pub fn snapshot(&self) -> Result<Harvest> {
-        read_maps(&self.ebpf, self.features, Vec::new())
+        read_maps(&self.ebpf, self.features, &self.run_stats, Vec::new())
     }
 
     /// Stops the programs and reads everything they collected.
@@ -286,7 +290,7 @@ impl Probes {
         };
         // Disarmed above, so the maps no longer move; dropping `self` afterwards detaches the
         // programs.
-        let mut harvest = read_maps(&self.ebpf, self.features, events)?;
+        let mut harvest = read_maps(&self.ebpf, self.features, &self.run_stats, events)?;
         if let Some((_, n)) = harvest
             .counters
             .iter_mut()
@@ -337,6 +341,7 @@ fn configure_stack_copies(settings: &ProbeSettings, config: &mut Config) -> Resu
 fn read_maps(
     ebpf: &Ebpf,
     features: Features,
+    run_stats: &self_cost::RunTimeStats,
     timeline: Vec<tracer_common::TimelineEvent>,
 ) -> Result<Harvest> {
     let target_mms = read_target_mms(ebpf)?;
@@ -366,6 +371,7 @@ fn read_maps(
         features,
         timeline,
         estimated_user_stacks: HashSet::new(),
+        run_stats: self_cost::read_runs(ebpf, run_stats),
     };
     let ids: HashSet<u32> = harvest
         .stack_refs()
