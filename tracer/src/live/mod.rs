@@ -72,7 +72,9 @@ impl LiveView {
         Ok(Self {
             windows,
             every,
-            next: Instant::now(),
+            // The first numbers come after one interval, as the view says: a window of a
+            // few milliseconds makes every per-second rate and share in the header noise.
+            next: Instant::now() + every,
             per_thread,
             to_ui,
             commands,
