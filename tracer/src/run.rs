@@ -73,6 +73,7 @@ pub fn run(mut cli: Cli) -> Result<i32> {
         system_wide: targets.is_system_wide(),
     };
     let mut probes = Probes::load(&settings, &tracefs, &offsets)?;
+    probes.log_map_memory();
     for &pid in &cli.pid {
         probes.add_target(pid)?;
         if !probes.discover_mm(pid)? {

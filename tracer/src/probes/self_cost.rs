@@ -1,10 +1,11 @@
-//! What the loaded programs cost, as the kernel accounts it: each program's run count and run
-//! time (kept only while BPF_ENABLE_STATS is held, or kernel.bpf_stats_enabled is on), read from
-//! /proc/self/fdinfo of its fd.
+//! What the loaded programs and maps cost, as the kernel accounts it: each program's run count
+//! and run time (kept only while BPF_ENABLE_STATS is held, or kernel.bpf_stats_enabled is on),
+//! and each map's locked memory, both read from /proc/self/fdinfo of their fds.
 
+use std::fmt::Write as _;
 use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd, OwnedFd};
 
-use aya::{sys::Stats, Ebpf};
+use aya::{maps::Map, maps::MapData, sys::Stats, Ebpf};
 
 use super::Probes;
 use crate::model::self_cost::{since, ProgramRuns, RunStats};
@@ -88,6 +89,101 @@ impl Probes {
             *start = current_runs(&self.ebpf);
         }
     }
+
+    /// Logs (at -v) each map's locked memory and capacity, and their total.
+    pub fn log_map_memory(&self) {
+        if !log::log_enabled!(log::Level::Info) {
+            return;
+        }
+        let mut maps: Vec<MapMemory> = self
+            .ebpf
+            .maps()
+            .filter_map(|(name, map)| {
+                let fdinfo = read_fdinfo(map_data(map).fd().as_fd()).ok()?;
+                Some(MapMemory {
+                    name: name.to_string(),
+                    max_entries: field(&fdinfo, "max_entries")?,
+                    memlock: field(&fdinfo, "memlock")?,
+                })
+            })
+            .collect();
+        maps.sort_by(|a, b| b.memlock.cmp(&a.memlock).then(a.name.cmp(&b.name)));
+        log::info!("{}", map_memory_table(&maps));
+    }
+}
+
+/// One map's line of the -v table.
+struct MapMemory {
+    name: String,
+    max_entries: u64,
+    memlock: u64,
+}
+
+fn map_memory_table(maps: &[MapMemory]) -> String {
+    let total: u64 = maps.iter().map(|m| m.memlock).sum();
+    let mut out = format!(
+        "BPF maps: {} in {} maps (memlock, from /proc/self/fdinfo)",
+        human_bytes(total),
+        maps.len()
+    );
+    for m in maps {
+        let _ = write!(
+            out,
+            "\n  {:<16} {:>10}  max_entries {}",
+            m.name,
+            human_bytes(m.memlock),
+            m.max_entries
+        );
+    }
+    out
+}
+
+fn human_bytes(bytes: u64) -> String {
+    const KIB: u64 = 1 << 10;
+    const MIB: u64 = 1 << 20;
+    if bytes < KIB {
+        format!("{bytes} B")
+    } else if bytes < MIB {
+        format!("{:.1} KiB", bytes as f64 / KIB as f64)
+    } else {
+        format!("{:.1} MiB", bytes as f64 / MIB as f64)
+    }
+}
+
+/// aya 0.14 has no accessor for the data behind a `Map`; every variant holds one.
+fn map_data(map: &Map) -> &MapData {
+    match map {
+        Map::Array(d)
+        | Map::ArrayOfMaps(d)
+        | Map::BloomFilter(d)
+        | Map::CgroupArray(d)
+        | Map::CgroupStorage(d)
+        | Map::CgrpStorage(d)
+        | Map::CpuMap(d)
+        | Map::DevMap(d)
+        | Map::DevMapHash(d)
+        | Map::HashMap(d)
+        | Map::HashOfMaps(d)
+        | Map::InodeStorage(d)
+        | Map::LpmTrie(d)
+        | Map::LruHashMap(d)
+        | Map::PerCpuArray(d)
+        | Map::PerCpuCgroupStorage(d)
+        | Map::PerCpuHashMap(d)
+        | Map::PerCpuLruHashMap(d)
+        | Map::PerfEventArray(d)
+        | Map::ProgramArray(d)
+        | Map::Queue(d)
+        | Map::ReusePortSockArray(d)
+        | Map::RingBuf(d)
+        | Map::SockHash(d)
+        | Map::SockMap(d)
+        | Map::SkStorage(d)
+        | Map::Stack(d)
+        | Map::StackTraceMap(d)
+        | Map::Unsupported(d)
+        | Map::XskMap(d) => d,
+    }
 }
 
 fn read_fdinfo(fd: BorrowedFd<'_>) -> std::io::Result<String> {
@@ -118,5 +214,34 @@ mod tests {
         assert_eq!(field(PROG_FDINFO, "memlock"), Some(4096));
         assert_eq!(field(PROG_FDINFO, "run"), None, "no prefix matches");
         assert_eq!(field(PROG_FDINFO, "prog_tag"), None, "not decimal");
+    }
+
+    #[test]
+    fn map_table_totals_and_lists_each_map() {
+        let maps = [
+            MapMemory {
+                name: "AGG".into(),
+                max_entries: 10240,
+                memlock: 3 << 20,
+            },
+            MapMemory {
+                name: "ARMED".into(),
+                max_entries: 1,
+                memlock: 512,
+            },
+        ];
+        assert_eq!(
+            map_memory_table(&maps),
+            "BPF maps: 3.0 MiB in 2 maps (memlock, from /proc/self/fdinfo)\n\
+             \x20 AGG                 3.0 MiB  max_entries 10240\n\
+             \x20 ARMED                 512 B  max_entries 1"
+        );
+    }
+
+    #[test]
+    fn bytes_in_binary_units() {
+        assert_eq!(human_bytes(1023), "1023 B");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(8 << 20), "8.0 MiB");
     }
 }
