@@ -178,7 +178,7 @@ pub struct Cli {
     #[arg(long, hide = true, value_parser = parse_ring_bytes, value_name = "BYTES")]
     pub ring_bytes: Option<u32>,
 
-    /// More logging on stderr (repeat for more).
+    /// More logging on stderr, the BPF maps' memory among it (repeat for more).
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub verbose: u8,
 }
