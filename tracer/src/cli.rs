@@ -201,7 +201,7 @@ pub struct Cli {
     #[arg(long, hide = true, value_enum, requires = "pid", value_name = "KIND")]
     pub bench_floor: Option<BenchFloor>,
 
-    /// More logging on stderr (repeat for more).
+    /// More logging on stderr, the BPF maps' memory among it (repeat for more).
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub verbose: u8,
 }

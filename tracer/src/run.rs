@@ -79,6 +79,7 @@ pub fn run(mut cli: Cli) -> Result<i32> {
         target_slots: !targets.is_system_wide() && cli.pid.len() <= tracer_common::FAST_TARGETS,
     };
     let mut probes = Probes::load(&settings, &tracefs, &offsets)?;
+    probes.log_map_memory();
     for &pid in &cli.pid {
         probes.add_target(pid)?;
         if !probes.discover_mm(pid)? {
@@ -87,6 +88,7 @@ pub fn run(mut cli: Cli) -> Result<i32> {
     }
     let origin_ns = monotonic_ns();
     probes.set_armed(true)?;
+    probes.start_self_cost();
 
     let comm = match &launched {
         // Still the tracer's copy until it execs: name it after the command.

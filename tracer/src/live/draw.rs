@@ -25,7 +25,7 @@ pub fn draw(frame: &mut Frame, state: &ViewState) {
         Constraint::Length(0)
     };
     let [header, table, pane, keys] = Layout::vertical([
-        Constraint::Length(5),
+        Constraint::Length(6),
         Constraint::Min(3),
         pane_height,
         Constraint::Length(1),
@@ -67,6 +67,7 @@ fn header_lines(state: &ViewState) -> Vec<Line<'static>> {
         Line::from(rates_line(s)),
         Line::from(worst_line(&s.interval)),
         lost_line(&s.cumulative),
+        self_cost_line(&s.interval),
         Line::from(view_line(state, s)).style(DIM),
     ]
 }
@@ -133,6 +134,25 @@ fn lost_line(report: &Report) -> Line<'static> {
     } else {
         Line::from(format!("lost events: {}", nonzero.join(" "))).style(WARNING)
     }
+}
+
+/// The programs' cost over the last interval (an estimate: see the text report's footer).
+fn self_cost_line(interval: &Report) -> Line<'static> {
+    let cost = &interval.self_cost;
+    let (Some(rate), Some(added_ns), Some(per_event)) =
+        (cost.events_per_second, cost.added_ns, cost.ns_per_event())
+    else {
+        let why = cost.reason.as_deref().unwrap_or_default();
+        return Line::from(format!("self-cost: unavailable ({why})")).style(DIM);
+    };
+    let share = cost.added_share.map_or(String::new(), |share| {
+        format!(", {:.2}% of thread time", share * 100.0)
+    });
+    Line::from(format!(
+        "self-cost this interval  {rate:.0} events/s  {per_event} ns/event  {} of BPF run \
+         time{share}",
+        human_ns(added_ns)
+    ))
 }
 
 fn view_line(state: &ViewState, s: &LiveSnapshot) -> String {

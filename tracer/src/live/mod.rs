@@ -72,7 +72,9 @@ impl LiveView {
         Ok(Self {
             windows,
             every,
-            next: Instant::now(),
+            // The first numbers come after one interval, as the view says: a window of a
+            // few milliseconds makes every per-second rate and share in the header noise.
+            next: Instant::now() + every,
             per_thread,
             to_ui,
             commands,
@@ -197,6 +199,7 @@ where
 mod tests {
     use super::state::tests::{key, snapshot};
     use super::*;
+    use crate::model::self_cost::{self_cost, RunStats};
     use ratatui::{backend::TestBackend, crossterm::event::KeyCode};
 
     /// Runs the UI over scripted inputs on a 120x30 test terminal; returns the screen and the
@@ -250,6 +253,19 @@ mod tests {
         ]));
         let (terminal, _) = script(inputs);
         insta::assert_snapshot!("sorted_by_count_with_stack_pane", terminal.backend());
+    }
+
+    #[test]
+    fn unavailable_self_cost_says_why_in_the_header() {
+        let mut snapshot = snapshot();
+        snapshot.interval.self_cost =
+            self_cost(&RunStats::Unavailable("needs CAP_SYS_ADMIN".into()), 1, 1);
+        let (terminal, _) = script(vec![Input::Data(Box::new(snapshot))]);
+        let text = screen(&terminal);
+        assert!(
+            text.contains("self-cost: unavailable (needs CAP_SYS_ADMIN)"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -59,6 +59,7 @@ pub fn since(now: &Harvest, before: &Harvest) -> Harvest {
             }
         }),
         faults: std::array::from_fn(|i| now.faults[i].saturating_sub(before.faults[i])),
+        run_stats: super::self_cost::since(&now.run_stats, &before.run_stats),
         timeline: Vec::new(),
         ..now.clone()
     }
@@ -324,6 +325,19 @@ mod tests {
         // 1500 lies in [1024, 2048): the bound is 2047, not the 3 ms record.
         assert_eq!(e.value.max_ns, 2_047);
         assert!(e.value.max_ns >= 1_500);
+    }
+
+    #[test]
+    fn program_run_counters_subtract_too() {
+        use crate::model::self_cost::{tests::runs, RunStats};
+        let mut before = harvest(vec![], 0);
+        before.run_stats = RunStats::Counted(vec![runs("released", 100, 70_000)]);
+        let mut now = harvest(vec![], 0);
+        now.run_stats = RunStats::Counted(vec![runs("released", 160, 112_000)]);
+        assert_eq!(
+            since(&now, &before).run_stats,
+            RunStats::Counted(vec![runs("released", 60, 42_000)])
+        );
     }
 
     #[test]

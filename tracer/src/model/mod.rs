@@ -6,6 +6,7 @@ pub mod delta;
 pub mod histogram;
 pub mod processes;
 pub mod report;
+pub mod self_cost;
 pub mod timeline;
 pub mod unwound;
 
@@ -60,6 +61,8 @@ pub struct Harvest {
     /// Entries whose unwound user stacks carry, besides the copied events, a proportional
     /// share of those that could not be copied (the copy budget was spent).
     pub estimated_user_stacks: HashSet<AggKey>,
+    /// The tracer's own programs' runs and run time, cumulative like the maps.
+    pub run_stats: self_cost::RunStats,
 }
 
 impl Harvest {

@@ -11,6 +11,7 @@ use tracer_common::{
 };
 
 use super::processes::{process_rows, ProcessRow};
+use super::self_cost::{self_cost, SelfCost};
 use super::unwound::UserStackKind;
 use super::{
     cause::{cause_of, Cause},
@@ -118,6 +119,8 @@ pub struct Report {
     pub syscalls: BTreeMap<&'static str, SyscallTotals>,
     /// Which optional attributions the kernel allowed.
     pub features: Features,
+    /// What the tracer's programs cost the threads that hit their events.
+    pub self_cost: SelfCost,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -299,6 +302,7 @@ pub fn build_report(harvest: &Harvest, symbols: &Symbols, meta: &TraceMeta) -> R
             .map(|(name, totals)| (*name, totals))
             .collect(),
         features: harvest.features,
+        self_cost: self_cost(&harvest.run_stats, meta.duration_ns, meta.thread_time_ns),
     }
 }
 
@@ -660,6 +664,7 @@ fn hist_from_rows(rows: &[[u64; 2]]) -> [u64; HIST_SLOTS] {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::model::self_cost::{tests::runs, RunStats};
     use tracer_common::{AggKey, AggValue, Counter, SleepKey, KIND_HOLD, MODE_READ};
 
     fn frame(kernel: bool, symbol: &str) -> Frame {
@@ -726,6 +731,10 @@ pub(crate) mod tests {
         harvest.counters = Counter::ALL.iter().map(|&c| (c, 0)).collect();
         harvest.counters[Counter::UnpairedRelease as usize].1 = 2;
         harvest.locker_comms.insert(9, "cat".into());
+        harvest.run_stats = RunStats::Counted(vec![
+            runs("mmap_lock_released", 4_000, 2_800_000),
+            runs("mmap_lock_start_locking", 4_000, 1_600_000),
+        ]);
         let mut symbols = Symbols::new();
         symbols.insert(
             StackRef::Kernel(1),
@@ -1004,6 +1013,16 @@ pub(crate) mod tests {
         );
         assert_eq!(r.lost.len(), Counter::ALL.len(), "zero counters are kept");
         assert_eq!(r.lost["unpaired_release"], 2);
+    }
+
+    #[test]
+    fn self_cost_over_the_trace_and_the_thread_time() {
+        let (harvest, symbols, meta) = sample();
+        let cost = build_report(&harvest, &symbols, &meta).self_cost;
+        assert_eq!(cost.events_per_second, Some(8_000.0), "8000 runs in 1 s");
+        assert_eq!(cost.added_ns, Some(4_400_000));
+        assert_eq!(cost.added_share, Some(4_400_000.0 / 4e9));
+        assert_eq!(cost.programs[0].name, "mmap_lock_released");
     }
 
     #[test]

@@ -13,7 +13,7 @@ pub fn render(report: &Report) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{build_report, report::tests::sample};
+    use crate::model::{build_report, report::tests::sample, self_cost::RunStats};
 
     #[test]
     fn json_carries_the_schema_fields() {
@@ -38,6 +38,30 @@ mod tests {
         assert_eq!(
             v["lost"]["aggregation_map_full"], 0,
             "zero counters are present"
+        );
+        let cost = &v["self_cost"];
+        assert_eq!(cost["available"], true);
+        assert!(cost.get("reason").is_none(), "reason only when unavailable");
+        assert_eq!(
+            cost["programs"][0],
+            serde_json::json!({"name": "mmap_lock_released", "runs": 4000,
+                "run_time_ns": 2_800_000, "ns_per_run": 700})
+        );
+        assert_eq!(cost["events_per_second"], 8000.0);
+        assert_eq!(cost["added_ns"], 4_400_000);
+    }
+
+    #[test]
+    fn unavailable_self_cost_gives_the_reason_and_null_figures() {
+        let (mut harvest, symbols, meta) = sample();
+        harvest.run_stats = RunStats::Unavailable("no BPF_ENABLE_STATS".into());
+        let text = render(&build_report(&harvest, &symbols, &meta)).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            v["self_cost"],
+            serde_json::json!({"available": false, "reason": "no BPF_ENABLE_STATS",
+                "programs": [], "events_per_second": null, "added_ns": null,
+                "added_share": null})
         );
     }
 }

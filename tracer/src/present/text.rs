@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use tracer_common::ModeTotals;
 
 use crate::model::processes::UNKNOWN_COMM;
+use crate::model::self_cost::SelfCost;
 use crate::model::unwound::UserStackKind;
 
 use crate::model::{
@@ -23,6 +24,7 @@ pub fn render(report: &Report, top: usize) -> String {
     causes(&mut out, report);
     blocks(&mut out, report, top);
     footer(&mut out, report);
+    self_cost(&mut out, &report.self_cost);
     out
 }
 
@@ -417,12 +419,55 @@ fn footer(out: &mut String, r: &Report) {
     }
 }
 
+/// What the tracer's programs cost: a headline, then one row per program, then what the
+/// estimate does and does not count.
+fn self_cost(out: &mut String, cost: &SelfCost) {
+    let _ = writeln!(out);
+    let (Some(rate), Some(added_ns)) = (cost.events_per_second, cost.added_ns) else {
+        let why = cost.reason.as_deref().unwrap_or_default();
+        let _ = writeln!(out, "Self-cost: unavailable ({why})");
+        return;
+    };
+    let share = cost.added_share.map_or(String::new(), |share| {
+        format!(", {:.2}% of the traced threads' time", share * 100.0)
+    });
+    let _ = writeln!(
+        out,
+        "Self-cost: {rate:.0} events/s ({} program runs), about {} added to the threads that hit \
+         them{share}",
+        cost.runs(),
+        human_ns(added_ns)
+    );
+    let _ = writeln!(
+        out,
+        "{:<32} {:>12} {:>8} {:>10}",
+        "program", "runs", "ns/run", "time"
+    );
+    for p in &cost.programs {
+        let _ = writeln!(
+            out,
+            "{:<32} {:>12} {:>8} {:>10}",
+            p.name,
+            p.runs,
+            p.ns_per_run,
+            human_ns(p.run_time_ns)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "(an estimate from the kernel's BPF run-time statistics: each program runs in the context \
+         of the thread that hit its event;\n so it counts the events of other processes that the \
+         programs filter out, and not the tracepoints' own dispatch)"
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::model::{
         build_report,
         report::tests::{attributed, sample},
+        self_cost::RunStats,
     };
 
     fn rendered() -> String {
@@ -490,8 +535,50 @@ mod tests {
     fn footer_lists_nonzero_losses_only() {
         let text = rendered();
         assert!(
-            text.trim_end()
-                .ends_with("Lost or unpaired events: unpaired_release=2"),
+            text.contains("\nLost or unpaired events: unpaired_release=2\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn self_cost_closes_the_report() {
+        let text = rendered();
+        let section = &text[text.find("\nSelf-cost:").expect(&text)..];
+        let lines: Vec<&str> = section.trim().lines().collect();
+        assert_eq!(
+            lines[..4],
+            [
+                "Self-cost: 8000 events/s (8000 program runs), about 4.40 ms added to the threads \
+                 that hit them, 0.11% of the traced threads' time",
+                "program                                  runs   ns/run       time",
+                "mmap_lock_released                       4000      700    2.80 ms",
+                "mmap_lock_start_locking                  4000      400    1.60 ms",
+            ]
+        );
+        assert!(lines[4].starts_with("(an estimate"), "{section}");
+        assert!(lines[5].starts_with(" so it counts"), "{section}");
+        assert_eq!(lines.len(), 6, "the report ends there: {section}");
+    }
+
+    #[test]
+    fn self_cost_unavailable_is_one_line() {
+        let (mut harvest, symbols, mut meta) = sample();
+        harvest.run_stats = RunStats::Unavailable("BPF_ENABLE_STATS needs CAP_SYS_ADMIN".into());
+        meta.thread_time_ns = 0;
+        let text = render(&build_report(&harvest, &symbols, &meta), 10);
+        assert!(
+            text.ends_with("\n\nSelf-cost: unavailable (BPF_ENABLE_STATS needs CAP_SYS_ADMIN)\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn self_cost_without_thread_time_has_no_share() {
+        let (harvest, symbols, mut meta) = sample();
+        meta.thread_time_ns = 0;
+        let text = render(&build_report(&harvest, &symbols, &meta), 10);
+        assert!(
+            text.contains("about 4.40 ms added to the threads that hit them\n"),
             "{text}"
         );
     }

@@ -7,6 +7,7 @@ mod faults;
 pub mod floor;
 mod mmap_lock;
 mod sched;
+mod self_cost;
 mod syscalls;
 mod timeline;
 mod user_stacks;
@@ -97,6 +98,8 @@ pub struct Probes {
     slots: Option<Vec<u32>>,
     /// Whether the lean path's LEAN_AGG array holds the targets' own entries.
     lean_array: bool,
+    /// Keeps the kernel counting the programs' runs.
+    run_stats: self_cost::RunTimeStats,
 }
 
 /// Loads `name` (once) and attaches it to each tracepoint in `tps`, all or nothing: a family
@@ -225,6 +228,7 @@ impl Probes {
             features,
             slots: settings.target_slots.then(Vec::new),
             lean_array: settings.target_slots && !settings.attribution && !settings.per_thread,
+            run_stats: self_cost::RunTimeStats::enable(),
         })
     }
 
@@ -405,6 +409,7 @@ fn read_maps(probes: &Probes, timeline: Vec<tracer_common::TimelineEvent>) -> Re
         features: probes.features,
         timeline,
         estimated_user_stacks: HashSet::new(),
+        run_stats: self_cost::read_runs(ebpf, &probes.run_stats),
     };
     let ids: HashSet<u32> = harvest
         .stack_refs()

@@ -1,0 +1,247 @@
+//! What the loaded programs and maps cost, as the kernel accounts it: each program's run count
+//! and run time (kept only while BPF_ENABLE_STATS is held, or kernel.bpf_stats_enabled is on),
+//! and each map's locked memory, both read from /proc/self/fdinfo of their fds.
+
+use std::fmt::Write as _;
+use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd, OwnedFd};
+
+use aya::{maps::Map, maps::MapData, sys::Stats, Ebpf};
+
+use super::Probes;
+use crate::model::self_cost::{since, ProgramRuns, RunStats};
+
+/// Whether the kernel is counting the programs' runs for this trace.
+pub(super) enum RunTimeStats {
+    Counting {
+        /// The kernel counts while this fd is open: held for the trace's lifetime. None when
+        /// kernel.bpf_stats_enabled was on already (it may be turned off under us; then the
+        /// counts stop growing).
+        _fd: Option<OwnedFd>,
+        /// The counts when the trace started: the programs also run, disarmed, between
+        /// loading and arming, and under a sysctl they counted before this trace.
+        start: RunStats,
+    },
+    Unavailable(String),
+}
+
+impl RunTimeStats {
+    /// Turns the statistics on; never fails the trace, but says why when they stay off.
+    pub(super) fn enable() -> Self {
+        let counting = |fd| RunTimeStats::Counting {
+            _fd: fd,
+            start: RunStats::default(),
+        };
+        let err = match aya::sys::enable_stats(Stats::RunTime) {
+            Ok(fd) => return counting(Some(fd)),
+            Err(err) => err.io_error,
+        };
+        let why = match err.raw_os_error() {
+            Some(libc::EPERM) if sysctl_on() => return counting(None),
+            Some(libc::EPERM) => "BPF_ENABLE_STATS needs CAP_SYS_ADMIN; or run `sysctl \
+                                  kernel.bpf_stats_enabled=1` first"
+                .to_string(),
+            Some(libc::EINVAL) => "this kernel has no BPF_ENABLE_STATS (Linux 5.8)".to_string(),
+            _ => format!("BPF_ENABLE_STATS failed: {err}"),
+        };
+        log::info!("self-cost unavailable: {why}");
+        RunTimeStats::Unavailable(why)
+    }
+}
+
+fn sysctl_on() -> bool {
+    std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").is_ok_and(|v| v.trim() == "1")
+}
+
+/// The programs' counters since the trace started.
+pub(super) fn read_runs(ebpf: &Ebpf, stats: &RunTimeStats) -> RunStats {
+    match stats {
+        RunTimeStats::Unavailable(why) => RunStats::Unavailable(why.clone()),
+        RunTimeStats::Counting { start, .. } => since(&current_runs(ebpf), start),
+    }
+}
+
+/// Every loaded program's counters, named as the eBPF object names it (programs the kernel
+/// lacked a tracepoint for were never loaded and are left out).
+fn current_runs(ebpf: &Ebpf) -> RunStats {
+    let mut programs = Vec::new();
+    for (name, program) in ebpf.programs() {
+        let Ok(fd) = program.fd() else {
+            continue;
+        };
+        let fdinfo = match read_fdinfo(fd.as_fd()) {
+            Ok(text) => text,
+            Err(err) => return RunStats::Unavailable(format!("reading {name}'s fdinfo: {err}")),
+        };
+        programs.push(ProgramRuns {
+            name: name.to_string(),
+            runs: field(&fdinfo, "run_cnt").unwrap_or(0),
+            run_time_ns: field(&fdinfo, "run_time_ns").unwrap_or(0),
+        });
+    }
+    RunStats::Counted(programs)
+}
+
+impl Probes {
+    /// Counts the programs' runs from now on: call it when the trace starts (at arming), so
+    /// that runs per second are over the trace's duration.
+    pub fn start_self_cost(&mut self) {
+        if let RunTimeStats::Counting { start, .. } = &mut self.run_stats {
+            *start = current_runs(&self.ebpf);
+        }
+    }
+
+    /// Logs (at -v) each map's locked memory and capacity, and their total.
+    pub fn log_map_memory(&self) {
+        if !log::log_enabled!(log::Level::Info) {
+            return;
+        }
+        let mut maps: Vec<MapMemory> = self
+            .ebpf
+            .maps()
+            .filter_map(|(name, map)| {
+                let fdinfo = read_fdinfo(map_data(map).fd().as_fd()).ok()?;
+                Some(MapMemory {
+                    name: name.to_string(),
+                    max_entries: field(&fdinfo, "max_entries")?,
+                    memlock: field(&fdinfo, "memlock")?,
+                })
+            })
+            .collect();
+        maps.sort_by(|a, b| b.memlock.cmp(&a.memlock).then(a.name.cmp(&b.name)));
+        log::info!("{}", map_memory_table(&maps));
+    }
+}
+
+/// One map's line of the -v table.
+struct MapMemory {
+    name: String,
+    max_entries: u64,
+    memlock: u64,
+}
+
+fn map_memory_table(maps: &[MapMemory]) -> String {
+    let total: u64 = maps.iter().map(|m| m.memlock).sum();
+    let mut out = format!(
+        "BPF maps: {} in {} maps (memlock, from /proc/self/fdinfo)",
+        human_bytes(total),
+        maps.len()
+    );
+    for m in maps {
+        let _ = write!(
+            out,
+            "\n  {:<16} {:>10}  max_entries {}",
+            m.name,
+            human_bytes(m.memlock),
+            m.max_entries
+        );
+    }
+    out
+}
+
+fn human_bytes(bytes: u64) -> String {
+    const KIB: u64 = 1 << 10;
+    const MIB: u64 = 1 << 20;
+    if bytes < KIB {
+        format!("{bytes} B")
+    } else if bytes < MIB {
+        format!("{:.1} KiB", bytes as f64 / KIB as f64)
+    } else {
+        format!("{:.1} MiB", bytes as f64 / MIB as f64)
+    }
+}
+
+/// aya 0.14 has no accessor for the data behind a `Map`; every variant holds one.
+fn map_data(map: &Map) -> &MapData {
+    match map {
+        Map::Array(d)
+        | Map::ArrayOfMaps(d)
+        | Map::BloomFilter(d)
+        | Map::CgroupArray(d)
+        | Map::CgroupStorage(d)
+        | Map::CgrpStorage(d)
+        | Map::CpuMap(d)
+        | Map::DevMap(d)
+        | Map::DevMapHash(d)
+        | Map::HashMap(d)
+        | Map::HashOfMaps(d)
+        | Map::InodeStorage(d)
+        | Map::LpmTrie(d)
+        | Map::LruHashMap(d)
+        | Map::PerCpuArray(d)
+        | Map::PerCpuCgroupStorage(d)
+        | Map::PerCpuHashMap(d)
+        | Map::PerCpuLruHashMap(d)
+        | Map::PerfEventArray(d)
+        | Map::ProgramArray(d)
+        | Map::Queue(d)
+        | Map::ReusePortSockArray(d)
+        | Map::RingBuf(d)
+        | Map::SockHash(d)
+        | Map::SockMap(d)
+        | Map::SkStorage(d)
+        | Map::Stack(d)
+        | Map::StackTraceMap(d)
+        | Map::Unsupported(d)
+        | Map::XskMap(d) => d,
+    }
+}
+
+fn read_fdinfo(fd: BorrowedFd<'_>) -> std::io::Result<String> {
+    std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.as_raw_fd()))
+}
+
+/// The decimal value of `key:` in fdinfo text (`run_cnt:\t42`).
+fn field(fdinfo: &str, key: &str) -> Option<u64> {
+    fdinfo.lines().find_map(|line| {
+        let (k, v) = line.split_once(':')?;
+        (k == key).then(|| v.trim().parse().ok()).flatten()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PROG_FDINFO: &str = "pos:\t0\nflags:\t02000002\nmnt_id:\t15\nino:\t2071\n\
+        prog_type:\t5\nprog_jited:\t1\nprog_tag:\t2d4c6f8fd0a4b1e3\nmemlock:\t4096\n\
+        prog_id:\t77\nrun_time_ns:\t123456\nrun_cnt:\t321\nrecursion_misses:\t0\n\
+        verified_insns:\t905\n";
+
+    #[test]
+    fn fdinfo_fields_by_exact_key() {
+        assert_eq!(field(PROG_FDINFO, "run_cnt"), Some(321));
+        assert_eq!(field(PROG_FDINFO, "run_time_ns"), Some(123_456));
+        assert_eq!(field(PROG_FDINFO, "memlock"), Some(4096));
+        assert_eq!(field(PROG_FDINFO, "run"), None, "no prefix matches");
+        assert_eq!(field(PROG_FDINFO, "prog_tag"), None, "not decimal");
+    }
+
+    #[test]
+    fn map_table_totals_and_lists_each_map() {
+        let maps = [
+            MapMemory {
+                name: "AGG".into(),
+                max_entries: 10240,
+                memlock: 3 << 20,
+            },
+            MapMemory {
+                name: "ARMED".into(),
+                max_entries: 1,
+                memlock: 512,
+            },
+        ];
+        assert_eq!(
+            map_memory_table(&maps),
+            "BPF maps: 3.0 MiB in 2 maps (memlock, from /proc/self/fdinfo)\n\
+             \x20 AGG                 3.0 MiB  max_entries 10240\n\
+             \x20 ARMED                 512 B  max_entries 1"
+        );
+    }
+
+    #[test]
+    fn bytes_in_binary_units() {
+        assert_eq!(human_bytes(1023), "1023 B");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(8 << 20), "8.0 MiB");
+    }
+}

@@ -1,0 +1,99 @@
+//! Self-cost (issue 10, item 5): the report says what the tracer's own programs cost, from the
+//! kernel's BPF run-time statistics, and -v lists the maps' memory. Needs root (BPF_ENABLE_STATS
+//! wants CAP_SYS_ADMIN; see common::bpf_available).
+
+mod common;
+
+use common::{bpf_available, json, serial, trace_workload, u};
+use serde_json::Value;
+
+/// Each churn iteration maps and unmaps once: two write acquisitions at least, 800 in all.
+const CHURN: [&str; 5] = ["churn", "--threads", "2", "--iterations", "200"];
+const CHURN_WRITE_ACQUISITIONS: u64 = 2 * 2 * 200;
+
+fn programs(report: &Value) -> &Vec<Value> {
+    report["self_cost"]["programs"]
+        .as_array()
+        .expect("self_cost.programs array")
+}
+
+#[test]
+fn every_program_reports_its_runs_and_the_lock_programs_ran_for_every_acquisition() {
+    if !bpf_available(
+        "every_program_reports_its_runs_and_the_lock_programs_ran_for_every_acquisition",
+    ) {
+        return;
+    }
+    let _serial = serial();
+    let (result, _) = trace_workload(&CHURN, &["--format", "json", "-v"]);
+    let report = json(&result.stdout);
+    let cost = &report["self_cost"];
+    assert_eq!(cost["available"], true, "{cost}");
+    assert!(cost.get("reason").is_none(), "{cost}");
+
+    let mut runs = 0;
+    let mut run_time_ns = 0;
+    for p in programs(&report) {
+        // A program whose event never fired (filemap faults, say: churn's memory is
+        // anonymous) has no runs and no time; every other one took time.
+        assert_eq!(u(&p["runs"]) > 0, u(&p["ns_per_run"]) > 0, "{p}");
+        assert_eq!(u(&p["runs"]) > 0, u(&p["run_time_ns"]) > 0, "{p}");
+        runs += u(&p["runs"]);
+        run_time_ns += u(&p["run_time_ns"]);
+    }
+    assert_eq!(u(&cost["added_ns"]), run_time_ns, "{cost}");
+    let rate = runs as f64 * 1e9 / u(&report["duration_ns"]) as f64;
+    let reported = cost["events_per_second"].as_f64().unwrap();
+    assert!(
+        (reported - rate).abs() <= rate * 1e-9,
+        "{reported} vs {rate}"
+    );
+    let share = cost["added_share"].as_f64().unwrap();
+    assert!(share > 0.0 && share < 1.0, "{share}");
+
+    // start_locking, acquire_returned and released each run at least once per acquisition
+    // (and for every other process's lock operations, which they filter out).
+    let totals = &report["totals"];
+    let acquisitions = u(&totals["read"]["acquisitions"]) + u(&totals["write"]["acquisitions"]);
+    assert!(
+        u(&totals["write"]["acquisitions"]) >= CHURN_WRITE_ACQUISITIONS,
+        "{totals}"
+    );
+    let lock_programs: Vec<&Value> = programs(&report)
+        .iter()
+        .filter(|p| {
+            let name = p["name"].as_str().unwrap();
+            ["start_locking", "acquire_returned", "released"]
+                .iter()
+                .any(|event| name.ends_with(event))
+        })
+        .collect();
+    assert_eq!(
+        lock_programs.len(),
+        3,
+        "one program per mmap_lock tracepoint: {:?}",
+        programs(&report)
+    );
+    for p in lock_programs {
+        assert!(
+            u(&p["runs"]) >= acquisitions,
+            "{p} ran fewer times than the {acquisitions} acquisitions counted"
+        );
+    }
+
+    let maps = result
+        .stderr
+        .lines()
+        .skip_while(|l| !l.contains("BPF maps: "))
+        .collect::<Vec<_>>();
+    assert!(
+        !maps.is_empty(),
+        "-v lists no map memory:\n{}",
+        result.stderr
+    );
+    assert!(
+        maps.iter().any(|l| l.contains("max_entries")),
+        "{}",
+        result.stderr
+    );
+}
