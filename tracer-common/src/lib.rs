@@ -8,7 +8,7 @@
 pub mod holders;
 pub mod lock_state;
 
-pub use holders::{Blockers, HolderRef, Holders, LAST_HOLD, MAX_BLOCKERS, MAX_READERS, QUEUED};
+pub use holders::{Blockers, HolderRef, Holders, MAX_BLOCKERS, MAX_READERS, QUEUED};
 pub use lock_state::{
     Effects, LockEvent, LockState, OffCpu, MISS_CONTINUATION_NS, OFF_RUNNABLE, OFF_SLEEPING,
     OFF_UNINTERRUPTIBLE,
@@ -478,7 +478,8 @@ impl TracepointFields {
 /// The syscalls that take mmap_lock for a reason of their own, traced for per-syscall totals.
 pub const MM_SYSCALLS: [&str; 6] = ["mmap", "munmap", "mprotect", "mremap", "madvise", "brk"];
 
-/// An mm syscall in progress on one thread.
+/// An mm syscall in progress on one thread (its lock wait and hold are kept in the thread's
+/// LockState meanwhile, so that no lock event looks this up inside the critical section).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SyscallState {
@@ -486,8 +487,6 @@ pub struct SyscallState {
     pub index: u32,
     pub _pad: u32,
     pub enter_ns: u64,
-    pub lock_wait_ns: u64,
-    pub lock_hold_ns: u64,
 }
 
 /// Per-syscall totals (a per-CPU array indexed like MM_SYSCALLS).
@@ -521,12 +520,14 @@ pub const FAULTS_FILEMAP: u32 = 2;
 pub const FAULTS_FILEMAP_UNDER_LOCK: u32 = 3;
 pub const FAULT_SLOTS: u32 = 4;
 
-/// Identifies one hold: the holder thread and when it began.
+/// A thread's latest hold that blocked someone, kept from its release (keyed by thread, and
+/// overwritten in place by its next one, so that a release costs a lookup, not an insert).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct HoldId {
-    pub tid: u32,
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LastHold {
+    pub holder: HolderKey,
     pub _pad: u32,
+    /// When the hold began: with the thread, names the hold its waiters recorded.
     pub hold_start_ns: u64,
 }
 
@@ -686,7 +687,7 @@ mod pod {
     unsafe impl aya::Pod for super::LockState {}
     unsafe impl aya::Pod for super::SyscallState {}
     unsafe impl aya::Pod for super::SyscallTotals {}
-    unsafe impl aya::Pod for super::HoldId {}
+    unsafe impl aya::Pod for super::LastHold {}
     unsafe impl aya::Pod for super::HolderKey {}
     unsafe impl aya::Pod for super::BlockKey {}
     unsafe impl aya::Pod for super::BlockValue {}

@@ -80,7 +80,10 @@ pub struct LockState {
     /// although it was not expected to be long: its events keep their stacks whatever their
     /// length.
     pub user_copy_sampled: u8,
-    pub _pad: [u8; 4],
+    /// 1 + index into MM_SYSCALLS of the mm syscall this lock operation serves, or 0 (managed
+    /// by the eBPF programs, from start_locking: no lookup inside the critical section).
+    pub cause: u8,
+    pub _pad: [u8; 3],
     /// Kernel and user stacks walked at start_locking, when the wait began behind a holder
     /// (managed by the eBPF programs): outside the critical section, where walking costs only
     /// the waiter. The wait and the hold that follows reuse them.
@@ -91,6 +94,10 @@ pub struct LockState {
     pub user_copy_id: u64,
     /// Who held the lock when the current wait began (managed by the eBPF programs).
     pub blockers: Blockers,
+    /// Lock wait and hold spent inside the thread's current mm syscall, handed to it when the
+    /// syscall exits (outside the lock), and kept across the reset to idle until then.
+    pub syscall_wait_ns: u64,
+    pub syscall_hold_ns: u64,
 }
 
 impl LockState {
@@ -112,11 +119,14 @@ impl LockState {
         long_holds: 0,
         long_waits: 0,
         user_copy_sampled: 0,
-        _pad: [0; 4],
+        cause: 0,
+        _pad: [0; 3],
         start_kernel_stack: crate::NO_STACK,
         start_user_stack: crate::NO_STACK,
         user_copy_id: 0,
         blockers: Blockers::ZERO,
+        syscall_wait_ns: 0,
+        syscall_hold_ns: 0,
     };
 }
 
@@ -179,9 +189,12 @@ impl LockState {
     #[inline(always)]
     pub fn reset_keeping_history(&mut self) {
         let (long_holds, long_waits) = (self.long_holds, self.long_waits);
+        let (wait_ns, hold_ns) = (self.syscall_wait_ns, self.syscall_hold_ns);
         *self = Self::ZERO;
         self.long_holds = long_holds;
         self.long_waits = long_waits;
+        self.syscall_wait_ns = wait_ns;
+        self.syscall_hold_ns = hold_ns;
     }
 
     /// Whether the last hold this thread took for `cause` crossed the stack threshold.
@@ -622,6 +635,7 @@ mod tests {
         st.note_wait_length(1, true);
         st.note_wait_length(2, false);
         st.hold_start_ns = 5;
+        st.syscall_hold_ns = 9;
         st.user_copy_id = 7;
         st.user_copy_sampled = 1;
         st.reset_keeping_history();
@@ -635,5 +649,6 @@ mod tests {
             !st.expects_long_wait(2),
             "waits and holds keep separate histories"
         );
+        assert_eq!(st.syscall_hold_ns, 9, "handed to the syscall at its exit");
     }
 }

@@ -8,12 +8,12 @@
 //! /proc in user space.
 
 use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel};
-use tracer_common::{FAULTS_FILEMAP, FAULTS_FILEMAP_UNDER_LOCK, FAULTS_TOOK_MMAP_LOCK};
+use tracer_common::{StateKey, FAULTS_FILEMAP, FAULTS_FILEMAP_UNDER_LOCK, FAULTS_TOOK_MMAP_LOCK};
 
 use crate::{
     context::LockContext,
-    maps::{add_to, armed, config, FAULT_COUNTS, TID_HOLDING},
-    target::{is_target_tgid, Locker},
+    maps::{add_to, armed, config, FAULT_COUNTS, LOCK_STATE, TID_HOLDING},
+    target::{current_mm, is_target_tgid, Locker},
 };
 
 classic_tracepoint! {
@@ -21,11 +21,27 @@ classic_tracepoint! {
         let pid_tgid = bpf_get_current_pid_tgid();
         if is_target_tgid((pid_tgid >> 32) as u32) && armed() {
             add_to(&FAULT_COUNTS, FAULTS_FILEMAP, 1);
-            if unsafe { TID_HOLDING.get(&(pid_tgid as u32)) }.is_some_and(|mm| *mm != 0) {
+            if holding_now(pid_tgid as u32) {
                 add_to(&FAULT_COUNTS, FAULTS_FILEMAP_UNDER_LOCK, 1);
             }
         }
     }
+}
+
+/// Whether the current target thread holds its mm's mmap_lock: through its state under its own
+/// mm with target slots (its acquire and release keep no TID_HOLDING entry then), else
+/// through TID_HOLDING.
+#[inline(always)]
+fn holding_now(tid: u32) -> bool {
+    if config().target_slots != 0 {
+        let key = StateKey {
+            tid,
+            _pad: 0,
+            mm: current_mm(config().task_mm_offset),
+        };
+        return unsafe { LOCK_STATE.get(&key) }.is_some_and(|st| st.hold_start_ns != 0);
+    }
+    unsafe { TID_HOLDING.get(&tid) }.is_some_and(|mm| *mm != 0)
 }
 
 /// True when the target thread locking now does so for a user page fault: it entered the

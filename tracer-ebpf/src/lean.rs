@@ -1,8 +1,9 @@
 //! The lean path: `--lean` (timing only) without per-thread rows, on targets listed in
 //! TARGET_SLOTS, at a constant cost per event: the target filter through the slots, one hash
 //! lookup for the thread's state (inserted once per thread), and durations added to the
-//! per-CPU LEAN_AGG array by (target, kind, mode) with their log2 histogram. Nothing is
-//! inserted per event.
+//! per-CPU LEAN_AGG array by (target, kind, mode) with their log2 histogram, which also stands
+//! for the targets' own totals of acquisitions, waits and holds. Nothing is inserted per
+//! event.
 
 use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::map, maps::PerCpuArray};
 use tracer_common::{
@@ -46,9 +47,8 @@ pub fn on_lock_event(locker: &Locker, args: &LockArgs) {
     if let Some(counter) = fx.counter {
         count(counter);
     }
-    if let Some(mode) = fx.acquired {
-        with_totals(mode, |t| t.acquisitions += 1);
-    }
+    // Acquisitions, waits and holds are counted in LEAN_AGG alone (user space folds them into
+    // the totals: every acquisition ends a wait); only the rare outcomes touch TOTALS here.
     if let Some(mode) = fx.failed_trylock {
         with_totals(mode, |t| t.failed_trylocks += 1);
     }
@@ -59,11 +59,9 @@ pub fn on_lock_event(locker: &Locker, args: &LockArgs) {
         with_totals(MODE_WRITE, |t| t.downgrades += 1);
     }
     if let Some((mode, ns)) = fx.wait {
-        with_totals(mode, |t| t.add_wait(ns));
         add(locker.slot, KIND_WAIT, mode, ns);
     }
     if let Some((mode, ns)) = fx.hold {
-        with_totals(mode, |t| t.add_hold(ns));
         add(locker.slot, KIND_HOLD, mode, ns);
     }
 }

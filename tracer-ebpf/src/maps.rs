@@ -10,7 +10,7 @@ use core::{
 };
 
 use tracer_common::{
-    log2_slot, AggKey, AggValue, BlockKey, BlockValue, Config, Counter, HoldId, HolderKey, Holders,
+    log2_slot, AggKey, AggValue, BlockKey, BlockValue, Config, Counter, Holders, LastHold,
     LockState, ModeTotals, SleepKey, StateKey, SyscallState, SyscallTotals, COUNTER_SLOTS,
     FAULT_SLOTS, HIST_SLOTS, MM_SYSCALLS, TOTALS_SLOTS,
 };
@@ -83,7 +83,7 @@ pub static HOLDERS: HashMap<u64, Holders> = HashMap::with_max_entries(256, 0);
 
 /// Stacks of holds that blocked someone, kept from their release until their waiters acquire.
 #[map]
-pub static HOLDER_INFO: LruHashMap<HoldId, HolderKey> = LruHashMap::with_max_entries(8192, 0);
+pub static HOLDER_INFO: LruHashMap<u32, LastHold> = LruHashMap::with_max_entries(8192, 0);
 
 /// Waits charged to the holders they waited behind.
 #[map]
@@ -140,6 +140,11 @@ const EEXIST: i32 = 17;
 /// Adds `n` to a counter of a map value shared by all CPUs.
 #[inline(always)]
 pub fn atomic_add(field: *mut u64, n: u64) {
+    // Most off-CPU and contended parts are 0: an atomic add of nothing still takes the cache
+    // line from the other CPUs.
+    if n == 0 {
+        return;
+    }
     // SAFETY: `field` points into a map value, 8-byte aligned, which lives as long as the map.
     // The intrinsic rather than AtomicU64: the BPF target does not enable core's atomics, yet
     // its instruction set has the atomic add (BPF_ATOMIC | BPF_ADD) this lowers to.

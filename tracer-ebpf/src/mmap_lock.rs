@@ -14,9 +14,8 @@ use aya_ebpf::{
 use core::ptr::addr_of_mut;
 
 use tracer_common::{
-    totals_index, AggKey, AggValue, Counter, Effects, HoldId, HolderKey, LockEvent, LockState,
-    ModeTotals, SleepKey, StateKey, KIND_HOLD, KIND_WAIT, LAST_HOLD, MODE_READ, MODE_WRITE,
-    NO_STACK,
+    totals_index, AggKey, AggValue, Counter, Effects, HolderKey, LastHold, LockEvent, LockState,
+    ModeTotals, SleepKey, StateKey, KIND_HOLD, KIND_WAIT, MODE_READ, MODE_WRITE, NO_STACK,
 };
 
 use crate::{
@@ -28,7 +27,7 @@ use crate::{
         HOLDER_INFO, LOCK_STATE, SLEEPS, STACKS, TID_HOLDING, TOTALS,
     },
     syscalls,
-    target::{classify, fatal_signal_pending, Locker},
+    target::{classify, fatal_signal_pending, Locker, NO_SLOT},
     timeline,
     user_stacks::{self, EventShare},
 };
@@ -215,8 +214,10 @@ fn on_lock_event<C: LockContext>(ctx: &C, args: LockArgs) -> Result<(), i64> {
             blockers::abandon_wait(&locker, mm);
         }
         ended = blockers::track_holders(&locker, mm, held_since, held_mode, st);
-        track_holding_thread(locker.tid, mm, held_since != 0, st.hold_start_ns != 0);
-        syscall = syscalls::charge(&locker, &effects);
+        if locker.slot == NO_SLOT || locker.outside_pid != 0 {
+            track_holding_thread(locker.tid, mm, held_since != 0, st.hold_start_ns != 0);
+        }
+        syscall = syscalls::charge(st, &effects);
     }
     let reason = Reason {
         syscall,
@@ -259,6 +260,7 @@ fn begin_attributed_wait<C: LockContext>(
     // operations gets its stacks too (`user_copy_sampled` keeps them whatever their length),
     // so that the common short paths are named.
     let cause = syscalls::current(locker);
+    st.cause = cause;
     let queued = st.blockers.count != 0;
     let expected_long = (queued
         && (st.blockers.longest_held(now) >= config().stack_threshold_ns
@@ -295,9 +297,10 @@ pub fn state_of(key: &StateKey) -> Option<*mut LockState> {
     LOCK_STATE.get_ptr_mut(key)
 }
 
-/// sched_switch finds a holder's state through its tid alone. The entry stays and is
-/// overwritten in place (mm while holding, 0 after), so a hold costs a lookup, not an insert
-/// and a delete.
+/// sched_switch finds the state of a holder that is not a listed target's own thread through
+/// its tid alone (a listed target's thread, through its own mm: no entry here, so no lookup
+/// inside the critical section). The entry stays and is overwritten in place (mm while
+/// holding, 0 after), so a hold costs a lookup, not an insert and a delete.
 #[inline(always)]
 fn track_holding_thread(tid: u32, mm: u64, was_holding: bool, holding: bool) {
     if holding == was_holding {
@@ -395,34 +398,33 @@ fn add_totals(outside: bool, mode: u8, f: impl FnOnce(&mut ModeTotals)) {
     }
 }
 
-/// Keeps a blocking holder's stacks for the waiters that acquire after it.
+/// Keeps a blocking holder's stacks for the waiters that acquire after it, as the thread's
+/// latest blocking hold: overwritten in place (a lookup, inside the critical section), inserted
+/// once per thread. Not atomic against a waiter reading it on another CPU: a torn read costs
+/// one attribution.
 #[inline(always)]
 fn remember_holder(locker: &Locker, hold: &AggKey, hold_start_ns: u64) {
-    let id = HoldId {
-        tid: locker.tid,
+    let record = LastHold {
+        holder: HolderKey {
+            kernel_stack: hold.kernel_stack,
+            user_stack: hold.user_stack,
+            tid: locker.tid,
+            outside_pid: locker.outside_pid,
+            mode: hold.mode,
+            syscall: hold.syscall,
+            fault: hold.fault,
+            _pad: 0,
+        },
         _pad: 0,
         hold_start_ns,
     };
-    let holder = HolderKey {
-        kernel_stack: hold.kernel_stack,
-        user_stack: hold.user_stack,
-        tid: locker.tid,
-        outside_pid: locker.outside_pid,
-        mode: hold.mode,
-        syscall: hold.syscall,
-        fault: hold.fault,
-        _pad: 0,
-    };
-    // Also as the thread's latest blocking hold, for readers that queued behind it while it
-    // was still waiting (they could not know its hold_start).
-    let latest = HoldId {
-        hold_start_ns: LAST_HOLD,
-        ..id
-    };
-    if HOLDER_INFO.insert(&id, &holder, 0).is_err()
-        || HOLDER_INFO.insert(&latest, &holder, 0).is_err()
-    {
-        count(Counter::HolderStackMissing);
+    match HOLDER_INFO.get_ptr_mut(&locker.tid) {
+        Some(last) => unsafe { *last = record },
+        None => {
+            if HOLDER_INFO.insert(&locker.tid, &record, 0).is_err() {
+                count(Counter::HolderStackMissing);
+            }
+        }
     }
 }
 

@@ -13,6 +13,7 @@ use tracer_common::{
 use crate::{
     maps::{config, LOCK_STATE, TID_HOLDING},
     mmap_lock::stack_id,
+    target::is_target_mm,
 };
 
 /// TASK_UNINTERRUPTIBLE in prev_state: a D sleep, usually I/O.
@@ -26,7 +27,7 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
     let next: u64 = ctx.arg(2);
     let prev_state: u64 = ctx.arg(3);
     let now = unsafe { bpf_ktime_get_ns() };
-    if let Some(state) = holder_state(task_pid(prev)) {
+    if let Some(state) = holder_state(prev) {
         let (kind, stack) = if prev_state == 0 {
             (OFF_RUNNABLE, NO_STACK)
         } else {
@@ -46,7 +47,7 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
         };
         state.switched_out(now, kind, stack);
     }
-    if let Some(state) = holder_state(task_pid(next)) {
+    if let Some(state) = holder_state(next) {
         state.switched_in(now);
     }
     0
@@ -58,16 +59,36 @@ fn task_pid(task: u64) -> u32 {
     unsafe { bpf_probe_read_kernel(field) }.unwrap_or(0) as u32
 }
 
-/// The lock state of a thread that holds a target's mmap_lock.
+/// The lock state of a thread that holds a target's mmap_lock: for a listed target's own
+/// thread, found through its own mm (so that its acquire and release need not record it);
+/// for any other (an outside locker, or targets found by hash), through TID_HOLDING.
 #[inline(always)]
-fn holder_state(tid: u32) -> Option<&'static mut LockState> {
+fn holder_state(task: u64) -> Option<&'static mut LockState> {
+    let tid = task_pid(task);
     if tid == 0 {
         return None;
+    }
+    if config().target_slots != 0 {
+        let mm = task_mm(task);
+        if is_target_mm(mm) {
+            return state(tid, mm);
+        }
     }
     let mm = *unsafe { TID_HOLDING.get(&tid) }?;
     if mm == 0 {
         return None;
     }
+    state(tid, mm)
+}
+
+#[inline(always)]
+fn state(tid: u32, mm: u64) -> Option<&'static mut LockState> {
     let key = StateKey { tid, _pad: 0, mm };
     LOCK_STATE.get_ptr_mut(&key).map(|s| unsafe { &mut *s })
+}
+
+#[inline(always)]
+fn task_mm(task: u64) -> u64 {
+    let field = (task + config().task_mm_offset as u64) as *const u64;
+    unsafe { bpf_probe_read_kernel(field) }.unwrap_or(0)
 }

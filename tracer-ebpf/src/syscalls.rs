@@ -5,11 +5,11 @@ use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     programs::TracePointContext,
 };
-use tracer_common::{Effects, SyscallState, MM_SYSCALLS};
+use tracer_common::{Effects, LockState, StateKey, SyscallState, MM_SYSCALLS};
 
 use crate::{
-    maps::{armed, config, SYSCALLS_ACTIVE, SYSCALL_TOTALS},
-    target::{is_target_tgid, Locker},
+    maps::{armed, config, LOCK_STATE, SYSCALLS_ACTIVE, SYSCALL_TOTALS},
+    target::{current_mm, is_target_tgid, Locker},
 };
 
 classic_tracepoint! {
@@ -42,8 +42,6 @@ fn try_enter(ctx: &TracePointContext) -> Result<(), i64> {
         index: index as u32,
         _pad: 0,
         enter_ns: unsafe { bpf_ktime_get_ns() },
-        lock_wait_ns: 0,
-        lock_hold_ns: 0,
     };
     // Overwrite in place when the thread has an entry: an LRU insert allocates each time.
     match SYSCALLS_ACTIVE.get_ptr_mut(&tid) {
@@ -73,12 +71,13 @@ fn try_exit() -> Result<(), i64> {
     if index >= MM_SYSCALLS.len() {
         return Ok(());
     }
+    let (lock_wait_ns, lock_hold_ns) = take_lock_time(tid);
     if let Some(totals) = SYSCALL_TOTALS.get_ptr_mut(index as u32) {
         let totals = unsafe { &mut *totals };
         totals.count += 1;
         totals.total_ns += unsafe { bpf_ktime_get_ns() }.wrapping_sub(state.enter_ns);
-        totals.lock_wait_ns += state.lock_wait_ns;
-        totals.lock_hold_ns += state.lock_hold_ns;
+        totals.lock_wait_ns += lock_wait_ns;
+        totals.lock_hold_ns += lock_hold_ns;
     }
     Ok(())
 }
@@ -95,25 +94,36 @@ pub fn current(locker: &Locker) -> u8 {
     }
 }
 
-/// Adds a lock operation's wait and hold to the target thread's syscall in progress, and
-/// returns 1 + that syscall's index (0 when none): the cause when no stack is taken.
+/// Adds a lock operation's wait and hold to what its syscall will be handed at its exit
+/// (`cause` non-zero: the operation serves one), and returns the cause.
 #[inline(always)]
-pub fn charge(locker: &Locker, fx: &Effects) -> u8 {
-    if locker.outside_pid != 0 {
-        return 0;
-    }
-    let Some(state) = SYSCALLS_ACTIVE.get_ptr_mut(&locker.tid) else {
-        return 0;
-    };
-    let state = unsafe { &mut *state };
-    if state.enter_ns == 0 {
+pub fn charge(st: &mut LockState, fx: &Effects) -> u8 {
+    if st.cause == 0 {
         return 0;
     }
     if let Some((_, ns)) = fx.wait {
-        state.lock_wait_ns += ns;
+        st.syscall_wait_ns += ns;
     }
     if let Some((_, ns)) = fx.hold {
-        state.lock_hold_ns += ns;
+        st.syscall_hold_ns += ns;
     }
-    (state.index as u8).wrapping_add(1)
+    st.cause
+}
+
+/// The lock wait and hold the exiting syscall's lock operations left in the thread's state
+/// (under its own mm), taken out of it.
+#[inline(always)]
+fn take_lock_time(tid: u32) -> (u64, u64) {
+    let key = StateKey {
+        tid,
+        _pad: 0,
+        mm: current_mm(config().task_mm_offset),
+    };
+    let Some(st) = LOCK_STATE.get_ptr_mut(&key) else {
+        return (0, 0);
+    };
+    let st = unsafe { &mut *st };
+    let taken = (st.syscall_wait_ns, st.syscall_hold_ns);
+    (st.syscall_wait_ns, st.syscall_hold_ns) = (0, 0);
+    taken
 }

@@ -21,9 +21,9 @@ use aya::{
     Ebpf, EbpfLoader, Pod,
 };
 use tracer_common::{
-    lean_agg_index, AggKey, AggValue, Config, Counter, FastTargets, LockState, ModeTotals,
-    StateKey, SyscallTotals, COUNTER_SLOTS, FAST_TARGETS, KIND_HOLD, KIND_WAIT, MODE_READ,
-    MODE_WRITE, NO_STACK,
+    lean_agg_index, totals_index, AggKey, AggValue, Config, Counter, FastTargets, LockState,
+    ModeTotals, StateKey, SyscallTotals, COUNTER_SLOTS, FAST_TARGETS, KIND_HOLD, KIND_WAIT,
+    MODE_READ, MODE_WRITE, NO_STACK, TOTALS_SLOTS,
 };
 
 use self::timeline::TimelineReader;
@@ -390,13 +390,16 @@ fn read_maps(probes: &Probes, timeline: Vec<tracer_common::TimelineEvent>) -> Re
             max_is_upper_bound: false,
         })
         .collect();
+    let mut totals = read_array(&map_ref(ebpf, "TOTALS")?, ModeTotals::merge)?;
     if let (true, Some(slots)) = (probes.lean_array, &probes.slots) {
-        entries.extend(read_lean_entries(&map_ref(ebpf, "LEAN_AGG")?, slots)?);
+        let lean = read_lean_entries(&map_ref(ebpf, "LEAN_AGG")?, slots)?;
+        add_lean_totals(&mut totals, &lean);
+        entries.extend(lean);
     }
     let mut harvest = Harvest {
         entries,
         stacks: HashMap::new(),
-        totals: read_array(&map_ref(ebpf, "TOTALS")?, ModeTotals::merge)?,
+        totals,
         counters: read_counters(&map_ref(ebpf, "COUNTERS")?)?,
         locker_comms: read_comms(&map_ref(ebpf, "LOCKER_COMMS")?),
         in_flight: read_in_flight(&map_ref(ebpf, "LOCK_STATE")?, &target_mms),
@@ -460,6 +463,32 @@ fn read_shared<K: Pod, V: Pod>(ebpf: &Ebpf, name: &str) -> Result<Vec<(K, V)>> {
     map.iter()
         .map(|item| item.with_context(|| format!("reading {name}")))
         .collect()
+}
+
+/// The targets' own acquisitions, waits and holds, which the lean path counts in its entries
+/// only (each acquisition ends a wait).
+fn add_lean_totals(totals: &mut [ModeTotals; TOTALS_SLOTS as usize], lean: &[RawEntry]) {
+    for entry in lean {
+        let totals = &mut totals[totals_index(false, entry.key.mode) as usize];
+        let v = &entry.value;
+        let (count, ns, max) = if entry.key.kind == KIND_WAIT {
+            totals.acquisitions += v.count;
+            (
+                &mut totals.waits,
+                &mut totals.wait_ns,
+                &mut totals.max_wait_ns,
+            )
+        } else {
+            (
+                &mut totals.holds,
+                &mut totals.hold_ns,
+                &mut totals.max_hold_ns,
+            )
+        };
+        *count += v.count;
+        *ns += v.total_ns;
+        *max = (*max).max(v.max_ns);
+    }
 }
 
 /// The lean path's per-CPU array as entries without stacks, one per target, kind and mode.
@@ -584,6 +613,54 @@ fn explain_permission(err: anyhow::Error, doing: &str) -> anyhow::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn lean_entry(kind: u8, mode: u8, durations: &[u64]) -> RawEntry {
+        let mut value = AggValue::ZERO;
+        for &ns in durations {
+            value.add(ns);
+        }
+        RawEntry {
+            key: AggKey {
+                kind,
+                mode,
+                ..AggKey::default()
+            },
+            value,
+            max_is_upper_bound: false,
+        }
+    }
+
+    #[test]
+    fn lean_entries_stand_for_the_targets_own_totals() {
+        let mut totals = [ModeTotals::default(); TOTALS_SLOTS as usize];
+        totals[totals_index(false, MODE_WRITE) as usize].failed_trylocks = 2;
+        totals[totals_index(true, MODE_WRITE) as usize].waits = 7;
+        let lean = [
+            lean_entry(KIND_WAIT, MODE_WRITE, &[10, 30]),
+            lean_entry(KIND_WAIT, MODE_WRITE, &[5]),
+            lean_entry(KIND_HOLD, MODE_READ, &[100]),
+        ];
+        add_lean_totals(&mut totals, &lean);
+        let write = totals[totals_index(false, MODE_WRITE) as usize];
+        assert_eq!(
+            (
+                write.acquisitions,
+                write.waits,
+                write.wait_ns,
+                write.max_wait_ns
+            ),
+            (3, 3, 45, 30)
+        );
+        assert_eq!(write.failed_trylocks, 2, "kept from the kernel's totals");
+        let read = totals[totals_index(false, MODE_READ) as usize];
+        assert_eq!((read.holds, read.hold_ns, read.max_hold_ns), (1, 100, 100));
+        assert_eq!(read.acquisitions, 0);
+        assert_eq!(
+            totals[totals_index(true, MODE_WRITE) as usize].waits,
+            7,
+            "outside lockers are not lean entries"
+        );
+    }
 
     #[test]
     fn late_walks_only_for_long_operations_unless_every_stack_is_asked_for() {
