@@ -20,8 +20,10 @@ pub struct HolderRef {
 }
 
 /// `hold_start_ns` of a reference to a writer that was still queued when the waiter began:
-/// its hold is found as the writer's latest blocking hold (`LastHold`), whenever it began.
+/// its hold is found through the writer's last blocking write hold (see `LAST_HOLD`).
 pub const QUEUED: u64 = 0;
+/// `hold_start_ns` under which a holder's most recent blocking write hold is also kept.
+pub const LAST_HOLD: u64 = u64::MAX;
 
 const NO_REF: HolderRef = HolderRef {
     tid: 0,

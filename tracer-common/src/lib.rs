@@ -8,7 +8,7 @@
 pub mod holders;
 pub mod lock_state;
 
-pub use holders::{Blockers, HolderRef, Holders, MAX_BLOCKERS, MAX_READERS, QUEUED};
+pub use holders::{Blockers, HolderRef, Holders, LAST_HOLD, MAX_BLOCKERS, MAX_READERS, QUEUED};
 pub use lock_state::{
     Effects, LockEvent, LockState, OffCpu, MISS_CONTINUATION_NS, OFF_RUNNABLE, OFF_SLEEPING,
     OFF_UNINTERRUPTIBLE,
@@ -520,14 +520,12 @@ pub const FAULTS_FILEMAP: u32 = 2;
 pub const FAULTS_FILEMAP_UNDER_LOCK: u32 = 3;
 pub const FAULT_SLOTS: u32 = 4;
 
-/// A thread's latest hold that blocked someone, kept from its release (keyed by thread, and
-/// overwritten in place by its next one, so that a release costs a lookup, not an insert).
+/// Identifies one hold: the holder thread and when it began.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct LastHold {
-    pub holder: HolderKey,
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct HoldId {
+    pub tid: u32,
     pub _pad: u32,
-    /// When the hold began: with the thread, names the hold its waiters recorded.
     pub hold_start_ns: u64,
 }
 
@@ -687,7 +685,7 @@ mod pod {
     unsafe impl aya::Pod for super::LockState {}
     unsafe impl aya::Pod for super::SyscallState {}
     unsafe impl aya::Pod for super::SyscallTotals {}
-    unsafe impl aya::Pod for super::LastHold {}
+    unsafe impl aya::Pod for super::HoldId {}
     unsafe impl aya::Pod for super::HolderKey {}
     unsafe impl aya::Pod for super::BlockKey {}
     unsafe impl aya::Pod for super::BlockValue {}

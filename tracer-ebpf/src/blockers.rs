@@ -3,8 +3,8 @@
 //! holds that blocked someone (see tracer_common::holders).
 
 use tracer_common::{
-    AggKey, BlockKey, BlockValue, Blockers, Counter, HolderKey, Holders, LockState, MAX_BLOCKERS,
-    MODE_READ, MODE_WRITE, NO_STACK, QUEUED,
+    AggKey, BlockKey, BlockValue, Blockers, Counter, HoldId, HolderKey, Holders, LockState,
+    LAST_HOLD, MAX_BLOCKERS, MODE_READ, MODE_WRITE, NO_STACK, QUEUED,
 };
 
 use core::ptr::addr_of_mut;
@@ -118,7 +118,13 @@ pub fn charge(waiter: &AggKey, blockers: &Blockers, wait_ns: u64) {
         } else {
             MODE_READ
         };
-        let holder = holder_key(r.tid, r.hold_start_ns, mode);
+        // A writer that was still queued is found through its latest blocking write hold.
+        let hold_start = if r.hold_start_ns == QUEUED {
+            LAST_HOLD
+        } else {
+            r.hold_start_ns
+        };
+        let holder = holder_key(r.tid, hold_start, mode);
         let key = BlockKey {
             waiter: *waiter,
             holder,
@@ -133,15 +139,17 @@ pub fn charge(waiter: &AggKey, blockers: &Blockers, wait_ns: u64) {
     }
 }
 
-/// The holder's stacks as its release kept them; a holder still holding, or whose record was
-/// replaced by a later blocking hold of the same thread or lost, is charged by thread only. A
-/// writer that was still queued is taken at its latest blocking hold, whenever it began.
+/// The holder's stacks as its release kept them; a holder still holding (or whose record was
+/// lost) is charged by thread only.
 #[inline(always)]
 fn holder_key(tid: u32, hold_start_ns: u64, mode: u8) -> HolderKey {
-    if let Some(last) = unsafe { HOLDER_INFO.get(&tid) } {
-        if hold_start_ns == QUEUED || last.hold_start_ns == hold_start_ns {
-            return last.holder;
-        }
+    let id = HoldId {
+        tid,
+        _pad: 0,
+        hold_start_ns,
+    };
+    if let Some(holder) = unsafe { HOLDER_INFO.get(&id) } {
+        return *holder;
     }
     count(Counter::HolderStackMissing);
     HolderKey {

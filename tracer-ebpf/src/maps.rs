@@ -10,7 +10,7 @@ use core::{
 };
 
 use tracer_common::{
-    log2_slot, AggKey, AggValue, BlockKey, BlockValue, Config, Counter, Holders, LastHold,
+    log2_slot, AggKey, AggValue, BlockKey, BlockValue, Config, Counter, HoldId, HolderKey, Holders,
     LockState, ModeTotals, SleepKey, StateKey, SyscallState, SyscallTotals, COUNTER_SLOTS,
     FAULT_SLOTS, HIST_SLOTS, MM_SYSCALLS, TOTALS_SLOTS,
 };
@@ -83,7 +83,7 @@ pub static HOLDERS: HashMap<u64, Holders> = HashMap::with_max_entries(256, 0);
 
 /// Stacks of holds that blocked someone, kept from their release until their waiters acquire.
 #[map]
-pub static HOLDER_INFO: LruHashMap<u32, LastHold> = LruHashMap::with_max_entries(8192, 0);
+pub static HOLDER_INFO: LruHashMap<HoldId, HolderKey> = LruHashMap::with_max_entries(8192, 0);
 
 /// Waits charged to the holders they waited behind.
 #[map]

@@ -14,8 +14,9 @@ use aya_ebpf::{
 use core::ptr::addr_of_mut;
 
 use tracer_common::{
-    totals_index, AggKey, AggValue, Counter, Effects, HolderKey, LastHold, LockEvent, LockState,
-    ModeTotals, SleepKey, StateKey, KIND_HOLD, KIND_WAIT, MODE_READ, MODE_WRITE, NO_STACK,
+    totals_index, AggKey, AggValue, Counter, Effects, HoldId, HolderKey, LockEvent, LockState,
+    ModeTotals, SleepKey, StateKey, KIND_HOLD, KIND_WAIT, LAST_HOLD, MODE_READ, MODE_WRITE,
+    NO_STACK,
 };
 
 use crate::{
@@ -398,30 +399,41 @@ fn add_totals(outside: bool, mode: u8, f: impl FnOnce(&mut ModeTotals)) {
     }
 }
 
-/// Keeps a blocking holder's stacks for the waiters that acquire after it, as the thread's
-/// latest blocking hold: overwritten in place (a lookup, inside the critical section), inserted
-/// once per thread. Not atomic against a waiter reading it on another CPU: a torn read costs
-/// one attribution.
+/// Keeps a blocking holder's stacks for the waiters that acquire after it (one insert inside
+/// the critical section), and a write hold's also as the thread's latest blocking write hold,
+/// for readers that queued behind it while it was still waiting (they could not know its
+/// hold_start): overwritten in place, since the key stays the same (a lookup, not an insert).
 #[inline(always)]
 fn remember_holder(locker: &Locker, hold: &AggKey, hold_start_ns: u64) {
-    let record = LastHold {
-        holder: HolderKey {
-            kernel_stack: hold.kernel_stack,
-            user_stack: hold.user_stack,
-            tid: locker.tid,
-            outside_pid: locker.outside_pid,
-            mode: hold.mode,
-            syscall: hold.syscall,
-            fault: hold.fault,
-            _pad: 0,
-        },
+    let id = HoldId {
+        tid: locker.tid,
         _pad: 0,
         hold_start_ns,
     };
-    match HOLDER_INFO.get_ptr_mut(&locker.tid) {
-        Some(last) => unsafe { *last = record },
+    let holder = HolderKey {
+        kernel_stack: hold.kernel_stack,
+        user_stack: hold.user_stack,
+        tid: locker.tid,
+        outside_pid: locker.outside_pid,
+        mode: hold.mode,
+        syscall: hold.syscall,
+        fault: hold.fault,
+        _pad: 0,
+    };
+    if HOLDER_INFO.insert(&id, &holder, 0).is_err() {
+        count(Counter::HolderStackMissing);
+    }
+    if hold.mode != MODE_WRITE {
+        return;
+    }
+    let latest = HoldId {
+        hold_start_ns: LAST_HOLD,
+        ..id
+    };
+    match HOLDER_INFO.get_ptr_mut(&latest) {
+        Some(last) => unsafe { *last = holder },
         None => {
-            if HOLDER_INFO.insert(&locker.tid, &record, 0).is_err() {
+            if HOLDER_INFO.insert(&latest, &holder, 0).is_err() {
                 count(Counter::HolderStackMissing);
             }
         }

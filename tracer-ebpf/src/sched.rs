@@ -71,7 +71,9 @@ fn holder_state(task: u64) -> Option<&'static mut LockState> {
     if config().target_slots != 0 {
         let mm = task_mm(task);
         if is_target_mm(mm) {
-            return state(tid, mm);
+            // Only a holder (or one switched out while holding): a waiter going to sleep in the
+            // rwsem must not cost a stack walk.
+            return state(tid, mm).filter(|st| st.hold_start_ns != 0 || st.off_since_ns != 0);
         }
     }
     let mm = *unsafe { TID_HOLDING.get(&tid) }?;
