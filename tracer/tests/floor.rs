@@ -4,10 +4,7 @@
 
 mod common;
 
-use common::{
-    bpf_available, perf_counted_start_locking, serial, trace_workload, value_of, Tracer, Workload,
-    PERF_CHURN,
-};
+use common::{bpf_available, serial, trace_workload, value_of, PERF_CHURN};
 
 #[test]
 fn each_floor_attaches_and_ends_with_its_target_without_a_report() {
