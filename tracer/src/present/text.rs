@@ -231,10 +231,15 @@ fn block(out: &mut String, e: &Entry, threshold_ns: u64, name_process: bool) {
     if !e.stack_collected && threshold_ns == u64::MAX {
         let _ = writeln!(out, "=== (no stack: --lean takes none)");
     } else if !e.stack_collected {
+        // Stacks are walked inside the critical section only for operations past the late
+        // threshold: shorter ones get them only when expected to be long, or sampled.
+        let late_ns = threshold_ns.max(tracer_common::LATE_STACK_FLOOR_NS);
         let _ = writeln!(
             out,
-            "=== (no stack: each under the {} stack threshold, see --stack-threshold)",
-            human_ns(threshold_ns)
+            "=== (no stack: under the {} stack threshold, or not expected to be that long and \
+             under {}; see --stack-threshold)",
+            human_ns(threshold_ns),
+            human_ns(late_ns)
         );
     }
     for f in &e.frames {
@@ -507,7 +512,10 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("=== (no stack: each under the 10.0 µs stack threshold"),
+            text.contains(
+                "=== (no stack: under the 10.0 µs stack threshold, or not expected to be that \
+                 long and under 1.00 ms; see --stack-threshold)"
+            ),
             "{text}"
         );
     }
