@@ -209,6 +209,13 @@ pub struct Cli {
 /// Default refresh of the live view.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
 
+/// `pids` without repetitions, in the order first given (`-p W,W` traces W once, and counts its
+/// threads' time once).
+pub fn unique_pids(pids: &[u32]) -> Vec<u32> {
+    let mut seen = std::collections::HashSet::new();
+    pids.iter().copied().filter(|p| seen.insert(*p)).collect()
+}
+
 impl Cli {
     /// `--stack-threshold`, or never with --lean.
     pub fn stack_threshold(&self) -> u64 {
@@ -335,6 +342,12 @@ mod tests {
         assert_eq!(parse_duration_ns("2s").unwrap(), 2_000_000_000);
         assert!(parse_duration_ns("fast").is_err());
         assert!(parse_duration_ns("3 weeks").is_err());
+    }
+
+    #[test]
+    fn repeated_pids_count_once() {
+        assert_eq!(unique_pids(&[5, 3, 5, 3, 9]), vec![5, 3, 9]);
+        assert!(unique_pids(&[]).is_empty());
     }
 
     #[test]

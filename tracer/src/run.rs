@@ -39,6 +39,7 @@ pub fn run(mut cli: Cli) -> Result<i32> {
         cli.pid = vec![launched.pid];
         Some(launched)
     };
+    cli.pid = crate::cli::unique_pids(&cli.pid);
     for &pid in &cli.pid {
         procfs::require_process(pid)?;
     }

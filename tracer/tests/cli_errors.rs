@@ -28,6 +28,13 @@ fn no_such_pid() {
     assert_one_line_error(&out, "no such process: 3999999");
 }
 
+/// kthreadd, pid 2 on every Linux system, a kernel thread: no mm of its own.
+#[test]
+fn kernel_thread_is_refused() {
+    let out = run(&["-p", "2"]);
+    assert_one_line_error(&out, "2 is a kernel thread");
+}
+
 #[test]
 fn all_with_pids_is_refused() {
     let out = run(&["-a", "-p", "1"]);

@@ -11,14 +11,31 @@ pub fn comm(pid: u32) -> Option<String> {
         .map(|s| s.trim_end().to_string())
 }
 
-/// Fails with "no such process" unless `pid` is a live process (not merely a thread id).
+/// Fails with "no such process" unless `pid` is a live user process: not merely a thread id,
+/// and not a kernel thread, which has no address space of its own (its mm would be empty or
+/// borrowed).
 pub fn require_process(pid: u32) -> Result<()> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"));
     match status {
-        Ok(text) if tgid_of(&text) == Some(pid) => Ok(()),
+        Ok(text) if tgid_of(&text) == Some(pid) => {}
         Ok(_) => bail!("{pid} is a thread, not a process: pass its process id (tgid)"),
         Err(_) => bail!("no such process: {pid}"),
     }
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    if stat_flags(&stat).is_some_and(|flags| flags & PF_KTHREAD != 0) {
+        bail!("{pid} is a kernel thread: it has no address space (mmap_lock) of its own to trace");
+    }
+    Ok(())
+}
+
+/// PF_KTHREAD in the flags of /proc/PID/stat (include/linux/sched.h).
+const PF_KTHREAD: u64 = 0x0020_0000;
+
+/// Field 9 (flags) of /proc/PID/stat.
+fn stat_flags(stat: &str) -> Option<u64> {
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    // Field 3 (state) is fields[0]: flags (9) is fields[6].
+    fields.get(6)?.parse().ok()
 }
 
 fn tgid_of(status: &str) -> Option<u32> {
@@ -180,6 +197,15 @@ mod tests {
         assert!(h.find(0x7f10ab1bd000).is_none(), "end is exclusive");
         assert!(h.find(0x7f10aa000100).is_none(), "anonymous mapping");
         assert!(h.find(1).is_none());
+    }
+
+    #[test]
+    fn stat_flags_tell_kernel_threads() {
+        let kthreadd = "2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 0 0 0 20 0 1 0 9";
+        assert!(stat_flags(kthreadd).is_some_and(|f| f & PF_KTHREAD != 0));
+        let user = "42 (a) b) c) S 1 42 42 0 -1 4194560 1234 7 5 0 9 3 0 0 20 0 3 0 100";
+        assert!(stat_flags(user).is_some_and(|f| f & PF_KTHREAD == 0));
+        assert_eq!(stat_flags("garbage"), None);
     }
 
     #[test]
