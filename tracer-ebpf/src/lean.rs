@@ -7,13 +7,12 @@
 
 use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::map, maps::PerCpuArray};
 use tracer_common::{
-    lean_agg_index, totals_index, AggValue, Counter, ModeTotals, StateKey, KIND_HOLD, KIND_WAIT,
-    LEAN_AGG_SLOTS, MODE_WRITE,
+    lean_agg_index, AggValue, Counter, StateKey, KIND_HOLD, KIND_WAIT, LEAN_AGG_SLOTS, MODE_WRITE,
 };
 
 use crate::{
-    maps::{config, count, TOTALS},
-    mmap_lock::{decode, state_of, LockArgs},
+    maps::{config, count},
+    mmap_lock::{add_totals, decode, state_of, LockArgs},
     target::{Locker, NO_SLOT},
 };
 
@@ -50,27 +49,19 @@ pub fn on_lock_event(locker: &Locker, args: &LockArgs) {
     // Acquisitions, waits and holds are counted in LEAN_AGG alone (user space folds them into
     // the totals: every acquisition ends a wait); only the rare outcomes touch TOTALS here.
     if let Some(mode) = fx.failed_trylock {
-        with_totals(mode, |t| t.failed_trylocks += 1);
+        add_totals(false, mode, |t| t.failed_trylocks += 1);
     }
     if let Some(mode) = fx.interrupted {
-        with_totals(mode, |t| t.interrupted += 1);
+        add_totals(false, mode, |t| t.interrupted += 1);
     }
     if fx.downgraded {
-        with_totals(MODE_WRITE, |t| t.downgrades += 1);
+        add_totals(false, MODE_WRITE, |t| t.downgrades += 1);
     }
     if let Some((mode, ns)) = fx.wait {
         add(locker.slot, KIND_WAIT, mode, ns);
     }
     if let Some((mode, ns)) = fx.hold {
         add(locker.slot, KIND_HOLD, mode, ns);
-    }
-}
-
-/// The targets' own totals for `mode`.
-#[inline(always)]
-fn with_totals(mode: u8, f: impl FnOnce(&mut ModeTotals)) {
-    if let Some(totals) = TOTALS.get_ptr_mut(totals_index(false, mode)) {
-        f(unsafe { &mut *totals });
     }
 }
 

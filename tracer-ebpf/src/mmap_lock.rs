@@ -393,7 +393,7 @@ fn apply<C: LockContext>(
 }
 
 #[inline(always)]
-fn add_totals(outside: bool, mode: u8, f: impl FnOnce(&mut ModeTotals)) {
+pub fn add_totals(outside: bool, mode: u8, f: impl FnOnce(&mut ModeTotals)) {
     if let Some(totals) = TOTALS.get_ptr_mut(totals_index(outside, mode)) {
         f(unsafe { &mut *totals });
     }

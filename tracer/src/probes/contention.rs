@@ -2,7 +2,7 @@
 //! where the kernel allows them, else classic ones.
 
 use anyhow::{anyhow, Result};
-use aya::{Btf, Ebpf};
+use aya::{programs::BtfTracePoint, Btf, Ebpf};
 use tracer_common::Config;
 
 use crate::system::tracefs::{Tracefs, CONTENTION_BEGIN, CONTENTION_END};
@@ -21,7 +21,7 @@ pub fn attach(ebpf: &mut Ebpf, tracefs: &Tracefs, force_classic: bool) -> Result
         match load_btf(ebpf) {
             Ok(()) => {
                 for (name, event) in BTF_PROGRAMS {
-                    super::mmap_lock::btf_program(ebpf, name)?
+                    super::program::<BtfTracePoint>(ebpf, name)?
                         .attach()
                         .map_err(|e| {
                             super::explain_permission(
@@ -49,7 +49,7 @@ const BTF_PROGRAMS: [(&str, &str); 2] = [
 fn load_btf(ebpf: &mut Ebpf) -> Result<()> {
     let btf = Btf::from_sys_fs()?;
     for (name, event) in BTF_PROGRAMS {
-        super::mmap_lock::btf_program(ebpf, name)?.load(event, &btf)?;
+        super::program::<BtfTracePoint>(ebpf, name)?.load(event, &btf)?;
     }
     Ok(())
 }

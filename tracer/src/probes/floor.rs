@@ -6,12 +6,10 @@
 use std::time::Duration;
 
 use anyhow::{anyhow, Context as _, Result};
-use aya::{
-    programs::{BtfTracePoint, TracePoint},
-    Btf, Ebpf, EbpfLoader,
-};
+use aya::{Ebpf, EbpfLoader};
 use tokio::signal::unix::{signal, SignalKind};
 
+use super::mmap_lock;
 use crate::cli::BenchFloor;
 use crate::system::procfs;
 use crate::system::tracefs::{Needed, MMAP_LOCK_ACQUIRED, MMAP_LOCK_RELEASED, MMAP_LOCK_START};
@@ -46,74 +44,33 @@ fn kind_name(kind: BenchFloor) -> &'static str {
     }
 }
 
-/// The floor program of `kind` for `event`: `floor_btf_start_locking` for
-/// `mmap_lock_start_locking`.
-fn program_name(kind: BenchFloor, event: &Needed) -> String {
-    let short = event.name.strip_prefix("mmap_lock_").unwrap_or(event.name);
-    format!("floor_{}_{short}", kind_name(kind))
+/// The floor programs of `kind`, in the order of the three events: `floor_btf_start_locking`
+/// for `mmap_lock_start_locking`.
+fn program_names(kind: BenchFloor) -> [String; 3] {
+    EVENTS.map(|event| {
+        let short = event.name.strip_prefix("mmap_lock_").unwrap_or(event.name);
+        format!("floor_{}_{short}", kind_name(kind))
+    })
 }
 
 /// Loads the object (its maps are created, but no other program is loaded) and attaches the
-/// three programs of `kind`, all verified before any is attached.
+/// three programs of `kind`, all verified before any is attached, as the tracer attaches its
+/// own.
 fn attach(kind: BenchFloor) -> Result<Ebpf> {
     super::raise_memlock_limit();
     let mut ebpf = EbpfLoader::new()
         .load(super::EBPF_OBJECT)
         .map_err(|e| super::explain_permission(anyhow!(e), "loading the eBPF object"))?;
+    let names = program_names(kind);
+    let names = [names[0].as_str(), names[1].as_str(), names[2].as_str()];
     match kind {
-        BenchFloor::Classic => attach_classic(&mut ebpf)?,
-        BenchFloor::Btf => attach_btf(&mut ebpf)?,
+        BenchFloor::Classic => mmap_lock::attach_classic(&mut ebpf, &names)?,
+        BenchFloor::Btf => {
+            mmap_lock::load_btf(&mut ebpf, &names)?;
+            mmap_lock::attach_btf(&mut ebpf, &names)?;
+        }
     }
     Ok(ebpf)
-}
-
-fn attach_classic(ebpf: &mut Ebpf) -> Result<()> {
-    for event in &EVENTS {
-        classic_program(ebpf, event)?.load().map_err(|e| {
-            super::explain_permission(anyhow!(e), &format!("loading {}", event.name))
-        })?;
-    }
-    for event in &EVENTS {
-        classic_program(ebpf, event)?
-            .attach(event.category, event.name)
-            .map_err(|e| {
-                super::explain_permission(anyhow!(e), &format!("attaching {}", event.name))
-            })?;
-    }
-    Ok(())
-}
-
-fn attach_btf(ebpf: &mut Ebpf) -> Result<()> {
-    let btf = Btf::from_sys_fs().context("reading the kernel's BTF")?;
-    for event in &EVENTS {
-        btf_program(ebpf, event)?
-            .load(event.name, &btf)
-            .map_err(|e| {
-                super::explain_permission(anyhow!(e), &format!("loading tp_btf/{}", event.name))
-            })?;
-    }
-    for event in &EVENTS {
-        btf_program(ebpf, event)?.attach().map_err(|e| {
-            super::explain_permission(anyhow!(e), &format!("attaching tp_btf/{}", event.name))
-        })?;
-    }
-    Ok(())
-}
-
-fn classic_program<'a>(ebpf: &'a mut Ebpf, event: &Needed) -> Result<&'a mut TracePoint> {
-    let name = program_name(BenchFloor::Classic, event);
-    Ok(ebpf
-        .program_mut(&name)
-        .ok_or_else(|| anyhow!("eBPF object has no program {name}"))?
-        .try_into()?)
-}
-
-fn btf_program<'a>(ebpf: &'a mut Ebpf, event: &Needed) -> Result<&'a mut BtfTracePoint> {
-    let name = program_name(BenchFloor::Btf, event);
-    Ok(ebpf
-        .program_mut(&name)
-        .ok_or_else(|| anyhow!("eBPF object has no program {name}"))?
-        .try_into()?)
 }
 
 /// Returns once no target is alive, or on SIGINT, SIGTERM or SIGHUP.

@@ -78,23 +78,24 @@ pub fn attach(
             ),
         }
     }
-    attach_classic(ebpf)?;
+    attach_classic(ebpf, &CLASSIC.map(|tp| tp.name))?;
     Ok(LockTracepoints::Classic)
 }
 
-fn load_btf(ebpf: &mut Ebpf, programs: &[&str; 3]) -> Result<()> {
+/// Loads `programs` (in LOCK_EVENTS order) as BTF tracepoints on the three events.
+pub(super) fn load_btf(ebpf: &mut Ebpf, programs: &[&str; 3]) -> Result<()> {
     let btf = Btf::from_sys_fs().context("reading the kernel's BTF")?;
     for (name, event) in programs.iter().zip(LOCK_EVENTS) {
-        btf_program(ebpf, name)?
+        super::program::<BtfTracePoint>(ebpf, name)?
             .load(event, &btf)
             .map_err(|e| super::explain_permission(anyhow!(e), &format!("loading {name}")))?;
     }
     Ok(())
 }
 
-fn attach_btf(ebpf: &mut Ebpf, programs: &[&str; 3]) -> Result<()> {
+pub(super) fn attach_btf(ebpf: &mut Ebpf, programs: &[&str; 3]) -> Result<()> {
     for (name, event) in programs.iter().zip(LOCK_EVENTS) {
-        btf_program(ebpf, name)?
+        super::program::<BtfTracePoint>(ebpf, name)?
             .attach()
             .map_err(|e| {
                 super::explain_permission(anyhow!(e), &format!("attaching tp_btf/{event}"))
@@ -104,14 +105,15 @@ fn attach_btf(ebpf: &mut Ebpf, programs: &[&str; 3]) -> Result<()> {
     Ok(())
 }
 
-fn attach_classic(ebpf: &mut Ebpf) -> Result<()> {
-    for tp in CLASSIC {
-        classic_program(ebpf, &tp)?
+/// Loads `programs` (in LOCK_EVENTS order) and attaches them to the classic tracepoints.
+pub(super) fn attach_classic(ebpf: &mut Ebpf, programs: &[&str; 3]) -> Result<()> {
+    for name in programs {
+        super::program::<TracePoint>(ebpf, name)?
             .load()
-            .map_err(|e| super::explain_permission(anyhow!(e), &format!("loading {}", tp.name)))?;
+            .map_err(|e| super::explain_permission(anyhow!(e), &format!("loading {name}")))?;
     }
-    for tp in CLASSIC {
-        classic_program(ebpf, &tp)?
+    for (name, tp) in programs.iter().zip(CLASSIC) {
+        super::program::<TracePoint>(ebpf, name)?
             .attach(tp.category, tp.name)
             .map_err(|e| {
                 super::explain_permission(
@@ -122,20 +124,6 @@ fn attach_classic(ebpf: &mut Ebpf) -> Result<()> {
             .with_context(|| format!("tracepoint {}:{}", tp.category, tp.name))?;
     }
     Ok(())
-}
-
-fn classic_program<'a>(ebpf: &'a mut Ebpf, tp: &Needed) -> Result<&'a mut TracePoint> {
-    Ok(ebpf
-        .program_mut(tp.name)
-        .ok_or_else(|| anyhow!("eBPF object has no program {}", tp.name))?
-        .try_into()?)
-}
-
-pub(super) fn btf_program<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut BtfTracePoint> {
-    Ok(ebpf
-        .program_mut(name)
-        .ok_or_else(|| anyhow!("eBPF object has no program {name}"))?
-        .try_into()?)
 }
 
 #[cfg(test)]

@@ -102,6 +102,17 @@ pub struct Probes {
     run_stats: self_cost::RunTimeStats,
 }
 
+/// The program `name` of the object, as the kind `P` it must be.
+fn program<'a, P>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut P>
+where
+    &'a mut P: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
+{
+    let program = ebpf
+        .program_mut(name)
+        .ok_or_else(|| anyhow!("eBPF object has no program {name}"))?;
+    Ok(program.try_into()?)
+}
+
 /// Loads `name` (once) and attaches it to each tracepoint in `tps`, all or nothing: a family
 /// whose tracepoints are missing is left out with a warning naming them.
 fn attach_tracepoints(
@@ -119,10 +130,7 @@ fn attach_tracepoints(
         );
         return Ok(false);
     }
-    let program: &mut TracePoint = ebpf
-        .program_mut(name)
-        .ok_or_else(|| anyhow!("eBPF object has no program {name}"))?
-        .try_into()?;
+    let program = program::<TracePoint>(ebpf, name)?;
     program
         .load()
         .map_err(|e| explain_permission(anyhow!(e), &format!("loading {name}")))?;

@@ -11,10 +11,7 @@ pub fn attach(ebpf: &mut Ebpf) -> Result<bool> {
             return Ok(false);
         }
     };
-    let program: &mut BtfTracePoint = ebpf
-        .program_mut("sched_switch")
-        .ok_or_else(|| anyhow!("eBPF object has no program sched_switch"))?
-        .try_into()?;
+    let program = super::program::<BtfTracePoint>(ebpf, "sched_switch")?;
     if let Err(err) = program.load("sched_switch", &btf) {
         log::warn!("cannot load the sched_switch BTF tracepoint ({err}): holders' off-CPU time is left out");
         return Ok(false);
