@@ -251,7 +251,7 @@ impl LockState {
         self.wait_start_ns = if continues_miss {
             self.miss_wait_start_ns
         } else {
-            self.contended_ns = 0;
+            self.begin_operation();
             now
         };
         self.contended_since_ns = 0;
@@ -383,6 +383,21 @@ impl LockState {
         self.off_since_ns = 0;
     }
 
+    /// A new lock operation: nothing of the last one carries over (a trylock miss that was never
+    /// followed by a lock leaves its stacks, copy, cause and blockers behind), but the history
+    /// that predicts this one and the syscall time not yet handed over.
+    #[inline(always)]
+    fn begin_operation(&mut self) {
+        self.contended_ns = 0;
+        self.fault = 0;
+        self.user_copy_sampled = 0;
+        self.cause = 0;
+        self.start_kernel_stack = crate::NO_STACK;
+        self.start_user_stack = crate::NO_STACK;
+        self.user_copy_id = 0;
+        self.blockers = Blockers::ZERO;
+    }
+
     #[inline(always)]
     fn clear_miss(&mut self) {
         self.miss_ns = 0;
@@ -394,6 +409,7 @@ impl LockState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::NO_STACK;
     use LockEvent::*;
 
     const R: u8 = MODE_READ;
@@ -479,6 +495,43 @@ mod tests {
             (acquired(W), 1_120),
         ]);
         assert_eq!(fx[3].wait, Some((W, 20)));
+    }
+
+    #[test]
+    fn an_attempt_after_an_abandoned_miss_inherits_nothing_of_it() {
+        let mut s = LockState::ZERO;
+        s.step(StartLocking { mode: R }, 1_000);
+        // What the eBPF side recorded for the attempt that then missed its trylock.
+        s.start_kernel_stack = 7;
+        s.start_user_stack = 8;
+        s.user_copy_id = 1_000;
+        s.user_copy_sampled = 1;
+        s.cause = 3;
+        s.fault = 1;
+        s.blockers.count = 1;
+        s.long_holds = 0b10;
+        s.syscall_hold_ns = 40;
+        s.step(missed(R), 1_050);
+        assert!(!s.is_idle(), "a miss waits to see whether a lock follows");
+        s.step(StartLocking { mode: W }, 1_100);
+        assert_eq!(
+            (s.start_kernel_stack, s.start_user_stack, s.user_copy_id),
+            (NO_STACK, NO_STACK, 0)
+        );
+        assert_eq!((s.user_copy_sampled, s.cause, s.fault), (0, 0, 0));
+        assert_eq!(s.blockers, Blockers::ZERO);
+        assert_eq!((s.long_holds, s.syscall_hold_ns), (0b10, 40));
+    }
+
+    #[test]
+    fn the_fault_paths_second_start_keeps_the_first_attempts_stacks() {
+        let mut s = LockState::ZERO;
+        s.step(StartLocking { mode: R }, 1_000);
+        s.start_kernel_stack = 7;
+        s.user_copy_id = 1_000;
+        s.step(missed(R), 1_050);
+        s.step(StartLocking { mode: R }, 1_060);
+        assert_eq!((s.start_kernel_stack, s.user_copy_id), (7, 1_000));
     }
 
     #[test]
