@@ -199,8 +199,10 @@ fn on_lock_event<C: LockContext>(ctx: &C, args: LockArgs) -> Result<(), i64> {
 
     if is_start && st.wait_start_ns == now {
         // A new wait (not the fault path's lock after its failed trylock).
-        if attribute {
-            begin_attributed_wait(ctx, &locker, mm, st, now, faulting);
+        if attribute && begin_attributed_wait(ctx, &locker, mm, st, now, faulting) {
+            // The wait is timed from after the tracer's own work (microseconds of stack walks
+            // and copying): what the thread spends waiting for the lock, not for the tracer.
+            st.wait_start_ns = unsafe { bpf_ktime_get_ns() };
         }
     } else if faulting {
         st.fault = 1;
@@ -237,7 +239,8 @@ fn on_lock_event<C: LockContext>(ctx: &C, args: LockArgs) -> Result<(), i64> {
 }
 
 /// A new wait with attribution on: whether it serves a fault, which holders it waits behind,
-/// and, when it is expected to be long, its stacks (and user stack copy) taken now.
+/// and, when it is expected to be long, its stacks (and user stack copy) taken now. Returns
+/// whether it walked them.
 #[inline(always)]
 fn begin_attributed_wait<C: LockContext>(
     ctx: &C,
@@ -246,7 +249,7 @@ fn begin_attributed_wait<C: LockContext>(
     st: &mut LockState,
     now: u64,
     faulting: bool,
-) {
+) -> bool {
     st.fault = faulting as u8;
     if faulting {
         faults::count_fault_lock();
@@ -268,10 +271,12 @@ fn begin_attributed_wait<C: LockContext>(
             || st.expects_long_wait(cause)))
         || st.expects_long_hold(cause)
         || user_stacks::sample_at_start(locker, st);
-    if st.start_kernel_stack == NO_STACK && expected_long {
-        (st.start_kernel_stack, st.start_user_stack) = walk_stacks(ctx);
-        user_stacks::copy_at_start(ctx, locker, st, now);
+    if st.start_kernel_stack != NO_STACK || !expected_long {
+        return false;
     }
+    (st.start_kernel_stack, st.start_user_stack) = walk_stacks(ctx);
+    user_stacks::copy_at_start(ctx, locker, st, now);
+    true
 }
 
 /// The state machine's view of one hit.
