@@ -400,6 +400,13 @@ pub struct Config {
     /// critical section (every waiter pays for that walk) if they were not walked at
     /// start_locking, where a lock operation expected to be long, or sampled, gets them.
     pub late_stack_threshold_ns: u64,
+    /// offsetof(struct task_struct, active_mm), offsetof(struct task_struct, signal) and
+    /// offsetof(struct signal_struct, live): at sched_process_exit, whether the whole process
+    /// is gone and which mm it left (exit_mm has cleared `mm` by then, not `active_mm`).
+    pub task_active_mm_offset: u32,
+    pub task_signal_offset: u32,
+    pub signal_live_offset: u32,
+    pub _pad2: u32,
 }
 
 /// The floor of `Config::late_stack_threshold_ns` (unless stacks are asked for everything):
@@ -463,6 +470,10 @@ impl Config {
         target_slots: 0,
         _pad: 0,
         late_stack_threshold_ns: 0,
+        task_active_mm_offset: 0,
+        task_signal_offset: 0,
+        signal_live_offset: 0,
+        _pad2: 0,
     };
 }
 
@@ -773,10 +784,11 @@ mod tests {
     #[test]
     fn config_has_no_implicit_padding() {
         // 3 x TracepointFields (16) + 8 x u32 + 6 x i32 + u64 + 4 x u32 + 2 x u64 + 14 x u32
-        // + u64: every field is explicit, so the kernel and user space read the same bytes.
+        // + u64 + 4 x u32: every field is explicit, so the kernel and user space read the same
+        // bytes.
         assert_eq!(
             core::mem::size_of::<Config>(),
-            48 + 32 + 24 + 8 + 16 + 16 + 56 + 8
+            48 + 32 + 24 + 8 + 16 + 16 + 56 + 8 + 16
         );
         assert_eq!(core::mem::align_of::<Config>(), 8);
         assert_eq!(core::mem::offset_of!(Config, stack_threshold_ns), 104);

@@ -4,7 +4,11 @@ use aya_ebpf::helpers::{
     bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_probe_read_kernel,
 };
 
-use aya_ebpf::{macros::map, maps::Array};
+use aya_ebpf::{
+    macros::{btf_tracepoint, map},
+    maps::Array,
+    programs::BtfTracePointContext,
+};
 use tracer_common::{Config, Counter, FastTargets, FAST_TARGETS};
 
 use crate::maps::{config, count, DISCOVER, LOCKER_COMMS, TARGET_MMS, TARGET_TGIDS};
@@ -201,9 +205,14 @@ fn discover(mm: u64, task_mm_offset: u32) {
 
 /// Records `pid` as the owner of `mm` (replacing a stale owner). With `name`, also records the
 /// process's name, so that the report names a process that exited before the end of the trace
-/// (overwriting: after an exec, the new mm brings the new name).
+/// (overwriting: after an exec, the new mm brings the new name). An exiting task's locks of its
+/// mm (exit_mm, exit_mmap: after sched_process_exit on recent kernels) register nothing: the
+/// mm is about to be freed and reused, and sched_process_exit has just forgotten it.
 #[inline(always)]
 pub fn register(mm: u64, pid: u32, name: bool) {
+    if current_flags() & PF_EXITING != 0 {
+        return;
+    }
     if TARGET_MMS.insert(&mm, &pid, 0).is_err() {
         count(Counter::TargetMapFull);
     }
@@ -232,19 +241,22 @@ fn note_slot_mm(pid: u32, mm: u64) {
     }
 }
 
-/// PF_KTHREAD in task_struct.flags.
+/// PF_KTHREAD and PF_EXITING in task_struct.flags.
 const PF_KTHREAD: u32 = 0x0020_0000;
+const PF_EXITING: u32 = 0x0000_0004;
+
+#[inline(always)]
+fn current_flags() -> u32 {
+    let task = unsafe { bpf_get_current_task() } as *const u8;
+    let flags = task.wrapping_add(config().task_flags_offset as usize) as *const u32;
+    unsafe { bpf_probe_read_kernel(flags) }.unwrap_or(0)
+}
 
 /// True when `mm` is the current task's own mm and the task is a user process (kernel threads
 /// such as vhost workers borrow other processes' mms with kthread_use_mm).
 #[inline(always)]
 fn owns_as_user_process(mm: u64, cfg: &Config) -> bool {
-    if current_mm(cfg.task_mm_offset) != mm {
-        return false;
-    }
-    let task = unsafe { bpf_get_current_task() } as *const u8;
-    let flags = task.wrapping_add(cfg.task_flags_offset as usize) as *const u32;
-    unsafe { bpf_probe_read_kernel(flags) }.is_ok_and(|f| f & PF_KTHREAD == 0)
+    current_mm(cfg.task_mm_offset) == mm && current_flags() & PF_KTHREAD == 0
 }
 
 #[inline(always)]
@@ -274,4 +286,46 @@ pub fn fatal_signal_pending() -> bool {
     let signals = task.wrapping_add(offset as usize) as *const u64;
     const SIGKILL_BIT: u64 = 1 << (9 - 1);
     unsafe { bpf_probe_read_kernel(signals) }.is_ok_and(|set| set & SIGKILL_BIT != 0)
+}
+
+/// A process's last thread exits: its mm stops being a target's. The mm_struct is freed once
+/// its lazy users are done and is soon reused by another process, whose exec and first locks
+/// would otherwise be counted as outside lockers of the dead target (exec locks the new mm from
+/// a task whose `mm` is still the old one). exit_mm has cleared the task's `mm` by now; its
+/// `active_mm` still names the mm it left.
+#[btf_tracepoint(function = "sched_process_exit")]
+pub fn sched_process_exit(_ctx: BtfTracePointContext) -> i32 {
+    let cfg = config();
+    let task = unsafe { bpf_get_current_task() } as *const u8;
+    if !process_is_gone(task, cfg) {
+        return 0;
+    }
+    let mm_field = task.wrapping_add(cfg.task_active_mm_offset as usize) as *const u64;
+    let Ok(mm) = (unsafe { bpf_probe_read_kernel(mm_field) }) else {
+        return 0;
+    };
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if unsafe { TARGET_MMS.get(&mm) }.is_some_and(|owner| *owner == tgid) {
+        let _ = TARGET_MMS.remove(&mm);
+    }
+    if let Some(targets) = TARGET_SLOTS.get_ptr_mut(0) {
+        let targets = unsafe { &mut *targets };
+        let slot = slot_of_pid(targets, tgid);
+        if slot != NO_SLOT {
+            targets.mms[slot] = 0;
+        }
+    }
+    0
+}
+
+/// True when the exiting task was its process's last live thread (do_exit decrements
+/// `signal->live` before this tracepoint).
+#[inline(always)]
+fn process_is_gone(task: *const u8, cfg: &Config) -> bool {
+    let signal_field = task.wrapping_add(cfg.task_signal_offset as usize) as *const u64;
+    let Ok(signal) = (unsafe { bpf_probe_read_kernel(signal_field) }) else {
+        return false;
+    };
+    let live = (signal as *const u8).wrapping_add(cfg.signal_live_offset as usize) as *const i32;
+    unsafe { bpf_probe_read_kernel(live) }.is_ok_and(|n| n == 0)
 }

@@ -133,3 +133,70 @@ fn system_wide_text_report_leads_with_the_process_table() {
         "stack blocks name their process:\n{text}"
     );
 }
+
+/// A process exits and its freed mm_struct goes to the next processes forked on the same CPU:
+/// the forks and execs that lock that reused mm are not the dead process's outside lockers.
+#[test]
+fn an_exited_processs_reused_mm_gets_no_outside_lockers() {
+    if !bpf_available("an_exited_processs_reused_mm_gets_no_outside_lockers") {
+        return;
+    }
+    let _serial = serial();
+    let mut tracer = Tracer::spawn(&[
+        "-a".into(),
+        "-d".into(),
+        "600".into(),
+        "--format".into(),
+        "json".into(),
+        "--no-live".into(),
+    ]);
+    tracer.wait_attached();
+    // Everything on one CPU, where the slab hands the freed mm_struct to the next allocation.
+    let exited = Workload::spawn(&["churn", "--threads", "1", "--iterations", "200"]);
+    let exited_pid = exited.pid;
+    pin_to_cpu(exited_pid, 0);
+    exited.start();
+    exited.finish();
+    let forks = std::process::Command::new("taskset")
+        .args([
+            "-c",
+            "0",
+            "sh",
+            "-c",
+            "for i in $(seq 1000); do /bin/true; done",
+        ])
+        .status()
+        .expect("running taskset (util-linux)");
+    assert!(forks.success());
+    unsafe { libc::kill(tracer.pid() as i32, libc::SIGTERM) };
+    let result = tracer.finish();
+    assert!(result.status.success(), "{}", result.stderr);
+    let report = json(&result.stdout);
+    let stray: Vec<&Value> = entries(&report)
+        .iter()
+        .filter(|e| e["pid"] == exited_pid && e["outside_locker"] == true)
+        .collect();
+    assert!(
+        stray.is_empty(),
+        "after pid {exited_pid} exited, its reused mm's lockers were charged to it: {stray:#?}"
+    );
+    let own = report["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pid"] == exited_pid)
+        .unwrap_or_else(|| panic!("pid {exited_pid} has no process row"));
+    assert!(
+        u(&own["holds"]) >= 400,
+        "two write locks an iteration: {own}"
+    );
+}
+
+fn pin_to_cpu(pid: u32, cpu: usize) {
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    let done = unsafe {
+        libc::sched_setaffinity(pid as i32, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    assert_eq!(done, 0, "sched_setaffinity({pid})");
+}

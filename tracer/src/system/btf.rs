@@ -13,6 +13,9 @@ pub struct KernelOffsets {
     pub task_pending_signal: u32,
     pub task_pid: u32,
     pub task_flags: u32,
+    pub task_active_mm: u32,
+    pub task_signal: u32,
+    pub signal_live: u32,
     pub mm_mmap_lock: u32,
     /// Where a task's saved user registers are: `task_struct.stack` (its kernel stack), and
     /// `struct pt_regs` (size; ip, sp, bp, orig_ax members). None when the kernel's BTF lacks
@@ -79,6 +82,9 @@ impl KernelOffsets {
             task_pending_signal: byte_offset(&btf, "task_struct", &["pending", "signal"])?,
             task_pid: byte_offset(&btf, "task_struct", &["pid"])?,
             task_flags: byte_offset(&btf, "task_struct", &["flags"])?,
+            task_active_mm: byte_offset(&btf, "task_struct", &["active_mm"])?,
+            task_signal: byte_offset(&btf, "task_struct", &["signal"])?,
+            signal_live: byte_offset(&btf, "signal_struct", &["live", "counter"])?,
             mm_mmap_lock: byte_offset(&btf, "mm_struct", &["mmap_lock"])?,
             user_regs: UserRegsOffsets::from_btf(&btf)
                 .map_err(|e| log::debug!("no user register offsets: {e:#}"))
