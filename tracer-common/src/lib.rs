@@ -251,7 +251,7 @@ pub enum Counter {
     HolderStackMissing,
     /// The sleep-stack map was full: a hold's sleep is in its totals but not located.
     SleepMapFull,
-    /// The per-thread syscall or fault map was full.
+    /// A per-thread map (syscalls in progress, holding threads) refused an insert.
     ThreadMapFull,
     /// The timeline ring buffer was full (or user space kept too many events): a wait or hold
     /// over the timeline threshold is in the totals and stacks but not in the timeline.
@@ -259,10 +259,16 @@ pub enum Counter {
     /// A user stack copy (`--user-stack dwarf`) did not fit in its ring buffer, or the task's
     /// saved user registers could not be read: that event keeps its frame-pointer stack.
     UserStackCopyDropped,
+    /// The first event the tracer saw of a thread was an acquire or a release: a lock
+    /// operation already in progress when tracing started. Neither timed nor a loss.
+    BeganBeforeAttach,
+    /// A per-process name could not be kept (the name map was full): the process is shown
+    /// by pid only.
+    NameMapFull,
 }
 
 impl Counter {
-    pub const ALL: [Counter; 19] = [
+    pub const ALL: [Counter; 21] = [
         Counter::UnpairedAcquire,
         Counter::UnpairedRelease,
         Counter::StartWhileWaiting,
@@ -282,6 +288,8 @@ impl Counter {
         Counter::ThreadMapFull,
         Counter::TimelineDropped,
         Counter::UserStackCopyDropped,
+        Counter::BeganBeforeAttach,
+        Counter::NameMapFull,
     ];
 
     /// Stable name used in every output format.
@@ -306,6 +314,8 @@ impl Counter {
             Counter::ThreadMapFull => "thread_map_full",
             Counter::TimelineDropped => "timeline_dropped",
             Counter::UserStackCopyDropped => "user_stack_copy_dropped",
+            Counter::BeganBeforeAttach => "began_before_attach",
+            Counter::NameMapFull => "name_map_full",
         }
     }
 }
@@ -406,7 +416,10 @@ pub struct Config {
     pub task_active_mm_offset: u32,
     pub task_signal_offset: u32,
     pub signal_live_offset: u32,
-    pub _pad2: u32,
+    /// Once the BLOCKED map holds this many keys, holders are charged by stack without their
+    /// thread id (unless per-thread): keys that grow with the target's thread count would fill
+    /// it on a target of thousands of threads, losing the charges themselves.
+    pub blocked_fold_at: u32,
 }
 
 /// The floor of `Config::late_stack_threshold_ns` (unless stacks are asked for everything):
@@ -473,7 +486,7 @@ impl Config {
         task_active_mm_offset: 0,
         task_signal_offset: 0,
         signal_live_offset: 0,
-        _pad2: 0,
+        blocked_fold_at: 0,
     };
 }
 

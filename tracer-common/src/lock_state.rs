@@ -180,6 +180,23 @@ pub struct Effects {
     pub hold_offcpu: OffCpu,
 }
 
+impl Effects {
+    /// The effects of a thread's first event since the tracer attached: an acquire or release
+    /// without its start ends an operation that began before tracing did, an edge of the trace
+    /// rather than an unpaired event.
+    #[inline(always)]
+    pub fn seen_first(mut self, event: LockEvent) -> Self {
+        let ends_unseen_start = matches!(
+            self.counter,
+            Some(Counter::UnpairedAcquire | Counter::UnpairedRelease)
+        );
+        if ends_unseen_start && !matches!(event, LockEvent::StartLocking { .. }) {
+            self.counter = Some(Counter::BeganBeforeAttach);
+        }
+        self
+    }
+}
+
 impl LockState {
     pub fn is_idle(&self) -> bool {
         self.wait_start_ns == 0 && self.hold_start_ns == 0 && self.miss_ns == 0
@@ -521,6 +538,23 @@ mod tests {
         assert_eq!((s.user_copy_sampled, s.cause, s.fault), (0, 0, 0));
         assert_eq!(s.blockers, Blockers::ZERO);
         assert_eq!((s.long_holds, s.syscall_hold_ns), (0b10, 40));
+    }
+
+    #[test]
+    fn a_threads_first_event_ending_an_unseen_operation_is_an_edge_not_a_loss() {
+        for event in [acquired(W), Released { mode: R }] {
+            let fx = LockState::ZERO.step(event, 100);
+            assert!(matches!(
+                fx.counter,
+                Some(Counter::UnpairedAcquire | Counter::UnpairedRelease)
+            ));
+            assert_eq!(
+                fx.seen_first(event).counter,
+                Some(Counter::BeganBeforeAttach)
+            );
+        }
+        let fx = LockState::ZERO.step(StartLocking { mode: R }, 100);
+        assert_eq!(fx.seen_first(StartLocking { mode: R }).counter, None);
     }
 
     #[test]

@@ -13,11 +13,12 @@ use aya_ebpf::{macros::map, maps::Array};
 use tracer_common::FAST_TARGETS;
 
 use crate::{
-    maps::{atomic_add, count, slot_of, BLOCKED, FULL_BLOCKED, HOLDERS, HOLDER_INFO},
+    maps::{atomic_add, config, count, slot_of, BLOCKED, FULL_BLOCKED, HOLDERS, HOLDER_INFO},
     target::{Locker, NO_SLOT},
 };
 
 const BPF_NOEXIST: u64 = 1;
+const EEXIST: i32 = 17;
 
 /// A hold that just ended, if any: whether it blocked someone, and its identity.
 #[derive(Clone, Copy, Default)]
@@ -40,7 +41,12 @@ fn holders_of(locker: &Locker, mm: u64) -> Option<&'static mut Holders> {
             .map(|h| unsafe { &mut *h });
     }
     if HOLDERS.get_ptr_mut(&mm).is_none() {
-        let _ = HOLDERS.insert(&mm, &Holders::ZERO, BPF_NOEXIST);
+        // EEXIST: another CPU inserted it first. Otherwise the map of mms is full.
+        if let Err(err) = HOLDERS.insert(&mm, &Holders::ZERO, BPF_NOEXIST) {
+            if -err != EEXIST {
+                count(Counter::TargetMapFull);
+            }
+        }
     }
     HOLDERS.get_ptr_mut(&mm).map(|h| unsafe { &mut *h })
 }
@@ -124,19 +130,44 @@ pub fn charge(waiter: &AggKey, blockers: &Blockers, wait_ns: u64) {
         } else {
             r.hold_start_ns
         };
-        let holder = holder_key(r.tid, hold_start, mode);
         let key = BlockKey {
             waiter: *waiter,
-            holder,
+            holder: holder_key(r.tid, hold_start, mode),
         };
-        let zero = BlockValue::default();
-        if let Some(v) = slot_of(&BLOCKED, &key, &zero, FULL_BLOCKED, Counter::BlockedMapFull) {
+        if let Some(v) = block_value(key) {
             unsafe {
                 atomic_add(addr_of_mut!((*v).count), 1);
                 atomic_add(addr_of_mut!((*v).wait_ns), share);
             }
         }
     }
+}
+
+/// Keys BLOCKED holds, as inserted here (a racing insert of the same key counts twice: an
+/// over-estimate folds a little early, never late).
+#[map]
+static BLOCKED_KEYS: Array<u64> = Array::with_max_entries(1, 0);
+
+/// The BLOCKED value of `key`, inserted if new; once the map is crowded a new key's holder is
+/// folded to its stack (thread id 0), a key that later holders of the same stack share.
+#[inline(always)]
+fn block_value(mut key: BlockKey) -> Option<*mut BlockValue> {
+    if let Some(value) = BLOCKED.get_ptr_mut(&key) {
+        return Some(value);
+    }
+    let keys = BLOCKED_KEYS.get_ptr_mut(0)?;
+    let cfg = config();
+    let crowded = unsafe { *keys } >= cfg.blocked_fold_at as u64;
+    if crowded && cfg.per_thread == 0 && key.holder.outside_pid == 0 && key.holder.tid != 0 {
+        key.holder.tid = 0;
+        if let Some(value) = BLOCKED.get_ptr_mut(&key) {
+            return Some(value);
+        }
+    }
+    let zero = BlockValue::default();
+    let value = slot_of(&BLOCKED, &key, &zero, FULL_BLOCKED, Counter::BlockedMapFull)?;
+    atomic_add(keys, 1);
+    Some(value)
 }
 
 /// The holder's stacks as its release kept them; a holder still holding (or whose record was

@@ -35,14 +35,18 @@ pub fn on_lock_event(locker: &Locker, args: &LockArgs) {
         _pad: 0,
         mm: args.mm,
     };
-    let Some(state) = state_of(&key) else {
+    let Some((state, first_seen)) = state_of(&key) else {
         count(Counter::StateMapFull);
         return;
     };
     let st = unsafe { &mut *state };
     // No reset to idle afterwards: the lean path uses only the timestamps, which the state
     // machine clears itself.
-    let fx = st.step(decode(args), unsafe { bpf_ktime_get_ns() });
+    let event = decode(args);
+    let mut fx = st.step(event, unsafe { bpf_ktime_get_ns() });
+    if first_seen {
+        fx = fx.seen_first(event);
+    }
     if let Some(counter) = fx.counter {
         count(counter);
     }

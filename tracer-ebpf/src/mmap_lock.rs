@@ -184,7 +184,7 @@ fn on_lock_event<C: LockContext>(ctx: &C, args: LockArgs) -> Result<(), i64> {
         _pad: 0,
         mm,
     };
-    let Some(state) = state_of(&key) else {
+    let Some((state, first_seen)) = state_of(&key) else {
         count(Counter::StateMapFull);
         return Ok(());
     };
@@ -195,7 +195,10 @@ fn on_lock_event<C: LockContext>(ctx: &C, args: LockArgs) -> Result<(), i64> {
     let (held_since, held_mode) = (st.hold_start_ns, st.hold_mode);
     let waiting_for_write = st.wait_start_ns != 0 && st.wait_mode == MODE_WRITE;
     let now = unsafe { bpf_ktime_get_ns() };
-    let effects = st.step(event, now);
+    let mut effects = st.step(event, now);
+    if first_seen {
+        effects = effects.seen_first(event);
+    }
 
     if is_start && st.wait_start_ns == now {
         // A new wait (not the fault path's lock after its failed trylock).
@@ -294,13 +297,15 @@ pub fn decode(args: &LockArgs) -> LockEvent {
     }
 }
 
+/// The thread's state for this mm, and whether it was created just now (the thread's first
+/// event since the tracer attached, or since its entry was evicted).
 #[inline(always)]
-pub fn state_of(key: &StateKey) -> Option<*mut LockState> {
+pub fn state_of(key: &StateKey) -> Option<(*mut LockState, bool)> {
     if let Some(state) = LOCK_STATE.get_ptr_mut(key) {
-        return Some(state);
+        return Some((state, false));
     }
     LOCK_STATE.insert(key, &LockState::ZERO, BPF_NOEXIST).ok()?;
-    LOCK_STATE.get_ptr_mut(key)
+    LOCK_STATE.get_ptr_mut(key).map(|state| (state, true))
 }
 
 /// sched_switch finds the state of a holder that is not a listed target's own thread through
@@ -316,7 +321,9 @@ fn track_holding_thread(tid: u32, mm: u64, was_holding: bool, holding: bool) {
     match TID_HOLDING.get_ptr_mut(&tid) {
         Some(slot) => unsafe { *slot = value },
         None if holding => {
-            let _ = TID_HOLDING.insert(&tid, &mm, 0);
+            if TID_HOLDING.insert(&tid, &mm, 0).is_err() {
+                count(Counter::ThreadMapFull);
+            }
         }
         None => {}
     }

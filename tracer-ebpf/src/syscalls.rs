@@ -5,10 +5,10 @@ use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     programs::TracePointContext,
 };
-use tracer_common::{Effects, LockState, StateKey, SyscallState, MM_SYSCALLS};
+use tracer_common::{Counter, Effects, LockState, StateKey, SyscallState, MM_SYSCALLS};
 
 use crate::{
-    maps::{armed, config, LOCK_STATE, SYSCALLS_ACTIVE, SYSCALL_TOTALS},
+    maps::{armed, config, count, LOCK_STATE, SYSCALLS_ACTIVE, SYSCALL_TOTALS},
     target::{current_mm, is_target_tgid, Locker},
 };
 
@@ -47,7 +47,9 @@ fn try_enter(ctx: &TracePointContext) -> Result<(), i64> {
     match SYSCALLS_ACTIVE.get_ptr_mut(&tid) {
         Some(active) => unsafe { *active = state },
         None => {
-            let _ = SYSCALLS_ACTIVE.insert(&tid, &state, 0);
+            if SYSCALLS_ACTIVE.insert(&tid, &state, 0).is_err() {
+                count(Counter::ThreadMapFull);
+            }
         }
     }
     Ok(())

@@ -13,6 +13,8 @@ use tracer_common::{Config, Counter, FastTargets, FAST_TARGETS};
 
 use crate::maps::{config, count, DISCOVER, LOCKER_COMMS, TARGET_MMS, TARGET_TGIDS};
 
+const EEXIST: i32 = 17;
+
 /// Who locked a target's mm.
 pub struct Locker {
     /// The target owning the mm.
@@ -219,7 +221,9 @@ pub fn register(mm: u64, pid: u32, name: bool) {
     note_slot_mm(pid, mm);
     if name {
         if let Ok(comm) = bpf_get_current_comm() {
-            let _ = LOCKER_COMMS.insert(&pid, &comm, 0);
+            if LOCKER_COMMS.insert(&pid, &comm, 0).is_err() {
+                count(Counter::NameMapFull);
+            }
         }
     }
 }
@@ -272,8 +276,13 @@ fn remember_comm(tgid: u32) {
         return;
     }
     if let Ok(comm) = bpf_get_current_comm() {
-        // BPF_NOEXIST: the first thread seen names the process; a full map only loses the name.
-        let _ = LOCKER_COMMS.insert(&tgid, &comm, 1);
+        // BPF_NOEXIST: the first thread seen names the process (EEXIST: another CPU's thread
+        // did); a full map loses the name, counted.
+        if let Err(err) = LOCKER_COMMS.insert(&tgid, &comm, 1) {
+            if -err != EEXIST {
+                count(Counter::NameMapFull);
+            }
+        }
     }
 }
 

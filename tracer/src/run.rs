@@ -19,6 +19,7 @@ use crate::probes::{ProbeSettings, Probes, StackCopySettings};
 use crate::symbolize::StackSymbolizer;
 use crate::system::{
     btf::KernelOffsets,
+    priority,
     privilege::check_tracing_privilege,
     procfs,
     tracefs::{Tracefs, MMAP_LOCK_ACQUIRED, MMAP_LOCK_RELEASED, MMAP_LOCK_START},
@@ -78,8 +79,16 @@ pub fn run(mut cli: Cli) -> Result<i32> {
         system_wide: targets.is_system_wide(),
         classic_tracepoints: cli.classic_tracepoints,
         target_slots: !targets.is_system_wide() && cli.pid.len() <= tracer_common::FAST_TARGETS,
+        target_threads: if targets.is_system_wide() {
+            procfs::machine_threads()
+        } else {
+            cli.pid.iter().map(|&pid| procfs::thread_count(pid)).sum()
+        },
     };
+    priority::raise_nice();
+    let setup = priority::RealTime::enter();
     let mut probes = Probes::load(&settings, &tracefs, &offsets)?;
+    drop(setup);
     probes.log_map_memory();
     for &pid in &cli.pid {
         probes.add_target(pid)?;

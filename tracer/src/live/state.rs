@@ -460,7 +460,10 @@ fn why_lines(e: &Entry) -> Vec<String> {
     for b in e.blocked_by.iter().take(BLOCKERS_IN_PANE) {
         let who = match &b.locker {
             Some(l) => format!("{} {}", l.comm.as_deref().unwrap_or("?"), l.pid),
-            None => format!("tid {}", b.tids.first().copied().unwrap_or(0)),
+            None => match b.tids.first() {
+                Some(tid) => format!("tid {tid}"),
+                None => "threads not recorded".to_string(),
+            },
         };
         lines.push(format!(
             "{:>3.0}% {} hold [{}] {who}",

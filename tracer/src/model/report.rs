@@ -520,7 +520,8 @@ impl<'a> Index<'a> {
                 });
             blocker.wait_ns += value.wait_ns;
             blocker.count += value.count;
-            if blocker.tids.len() < MAX_TIDS && !blocker.tids.contains(&h.tid) {
+            // Tid 0: charged by stack alone (the kernel folded thread ids on a crowded map).
+            if h.tid != 0 && blocker.tids.len() < MAX_TIDS && !blocker.tids.contains(&h.tid) {
                 blocker.tids.push(h.tid);
             }
         }

@@ -277,6 +277,7 @@ fn waited_behind(out: &mut String, e: &Entry) {
                 l.comm.as_deref().unwrap_or("?"),
                 l.pid
             ),
+            None if b.tids.is_empty() => "threads not recorded".to_string(),
             None => format!("tid {}", join(&b.tids)),
         };
         let _ = writeln!(
@@ -398,13 +399,41 @@ fn inl(f: &Frame) -> &'static str {
     }
 }
 
+/// Operations already in progress when tracing started: counted beside the losses, not one.
+const BEGAN_BEFORE_ATTACH: &str = "began_before_attach";
+
 /// `name=count` of every lost or unpaired-event counter that is not zero.
 pub fn nonzero_lost(r: &Report) -> Vec<String> {
     r.lost
         .iter()
-        .filter(|(_, &n)| n > 0)
+        .filter(|(&name, &n)| n > 0 && name != BEGAN_BEFORE_ATTACH)
         .map(|(name, n)| format!("{name}={n}"))
         .collect()
+}
+
+/// What the user can do about a counter that is not zero, when there is something.
+fn remedy(counter: &str) -> Option<&'static str> {
+    Some(match counter {
+        "aggregation_map_full" | "blocked_map_full" | "sleep_map_full" => {
+            "raise --max-entries (entries of the per-stack maps)"
+        }
+        "kernel_stack_collision" | "user_stack_collision" | "kernel_stack_failed"
+        | "user_stack_failed" => "raise --max-stacks",
+        "user_stack_copy_dropped" => {
+            "copies over the per-CPU budget or ring: those events keep frame-pointer stacks; \
+             --user-stack-sample N copies fewer"
+        }
+        "holder_stack_missing" => {
+            "those waits are charged to their holder's thread without its stacks (the holder \
+             was still queued or holding, or its record aged out)"
+        }
+        "reader_overflow" => "waits behind more concurrent readers than tracked are charged to those tracked",
+        "state_map_full" | "thread_map_full" | "target_map_full" | "name_map_full" => {
+            "a fixed-size map of the tracer filled up: please report it with the target's thread count"
+        }
+        "timeline_dropped" => "the timeline ring filled: raise --threshold to keep fewer events",
+        _ => return None,
+    })
 }
 
 fn footer(out: &mut String, r: &Report) {
@@ -414,6 +443,17 @@ fn footer(out: &mut String, r: &Report) {
         let _ = writeln!(out, "Lost or unpaired events: none");
     } else {
         let _ = writeln!(out, "Lost or unpaired events: {}", nonzero.join(", "));
+    }
+    for (name, _) in r.lost.iter().filter(|(_, &n)| n > 0) {
+        if let Some(what) = remedy(name) {
+            let _ = writeln!(out, "  {name}: {what}");
+        }
+    }
+    if let Some(&n) = r.lost.get(BEGAN_BEFORE_ATTACH).filter(|&&n| n > 0) {
+        let _ = writeln!(
+            out,
+            "Already in progress when tracing started (not timed): {n} lock operations"
+        );
     }
     if r.in_flight.waits + r.in_flight.holds > 0 {
         let _ = writeln!(
@@ -546,6 +586,22 @@ mod tests {
             text.contains("\nLost or unpaired events: unpaired_release=2\n"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn footer_says_what_to_raise_and_keeps_the_attach_edge_apart() {
+        let (harvest, symbols, meta) = attributed();
+        let mut report = build_report(&harvest, &symbols, &meta);
+        report.lost.insert("aggregation_map_full", 3);
+        report.lost.insert("began_before_attach", 5);
+        let text = render(&report, 10);
+        for line in [
+            "\nLost or unpaired events: aggregation_map_full=3, unpaired_release=2\n",
+            "\n  aggregation_map_full: raise --max-entries (entries of the per-stack maps)\n",
+            "\nAlready in progress when tracing started (not timed): 5 lock operations\n",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in:\n{text}");
+        }
     }
 
     #[test]

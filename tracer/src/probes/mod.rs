@@ -13,6 +13,7 @@ mod timeline;
 mod user_stacks;
 
 use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _, Result};
 use aya::{
@@ -63,7 +64,15 @@ pub struct ProbeSettings {
     /// programs find them in an array instead of a hash map (and `--lean` without per-thread
     /// rows aggregates them in an array too).
     pub target_slots: bool,
+    /// Threads of the targets when the trace starts (system-wide: of the whole machine), which
+    /// sizes the per-hold holder records.
+    pub target_threads: usize,
 }
+
+/// How long a target's own threads get to register its mm before the tracer locks it itself,
+/// and how long the tracer's own lock (reading /proc/PID/cmdline) may take.
+const SELF_REGISTRATION_WAIT: Duration = Duration::from_millis(20);
+const DISCOVERY_WAIT: Duration = Duration::from_millis(200);
 
 /// Capacity of the maps keyed by mm or process (TARGET_MMS, HOLDERS, LOCKER_COMMS) in
 /// system-wide mode: one entry per process that locks its mm, for a busy machine. Beyond it,
@@ -162,6 +171,7 @@ impl Probes {
             mm_mmap_lock_offset: offsets.mm_mmap_lock,
             stack_threshold_ns: settings.stack_threshold_ns,
             late_stack_threshold_ns: late_stack_threshold(settings.stack_threshold_ns),
+            blocked_fold_at: blocked_fold_at(settings.max_entries),
             attribution: settings.attribution as u32,
             tracer_tgid: std::process::id(),
             per_thread: settings.per_thread as u32,
@@ -187,6 +197,8 @@ impl Probes {
         let mut ebpf = loader
             .override_global("CONFIG", &config, true)
             .map_max_entries("AGG", settings.max_entries)
+            .map_max_entries("BLOCKED", settings.max_entries)
+            .map_max_entries("HOLDER_INFO", holder_records(settings.target_threads))
             .map_max_entries("STACKS", settings.max_stacks)
             .map_max_entries(
                 "TIMELINE",
@@ -268,16 +280,46 @@ impl Probes {
     }
 
     /// Learns `pid`'s mm before its threads lock it themselves (an idle target can still be
-    /// locked by others): reading /proc/PID/cmdline locks that mm from our thread, and the
-    /// programs record it while DISCOVER names the pid.
+    /// locked by others). A busy target's threads register it within moments of `add_target`;
+    /// for one that does not lock, reading /proc/PID/cmdline locks that mm from our thread,
+    /// and the programs record it while DISCOVER names the pid. That read waits for the lock
+    /// like any reader, behind thousands of contending threads for tens of seconds: it runs on
+    /// its own thread, given DISCOVERY_WAIT, after which the target's own first lock will
+    /// register it instead.
     pub fn discover_mm(&mut self, pid: u32) -> Result<bool> {
+        if self.wait_registered(pid, SELF_REGISTRATION_WAIT)? {
+            return Ok(true);
+        }
         let set = |ebpf: &mut Ebpf, value: u32| -> Result<()> {
             let mut discover: Array<_, u32> = map(ebpf, "DISCOVER")?;
             discover.set(0, value, 0).context("setting DISCOVER")
         };
         set(&mut self.ebpf, pid)?;
-        let _ = std::fs::read(format!("/proc/{pid}/cmdline"));
+        let (done, read) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = std::fs::read(format!("/proc/{pid}/cmdline"));
+            let _ = done.send(());
+        });
+        let _ = read.recv_timeout(DISCOVERY_WAIT);
         set(&mut self.ebpf, 0)?;
+        self.is_registered(pid)
+    }
+
+    /// Polls until `pid`'s mm is registered or `wait` has passed.
+    fn wait_registered(&self, pid: u32, wait: Duration) -> Result<bool> {
+        let deadline = Instant::now() + wait;
+        loop {
+            if self.is_registered(pid)? {
+                return Ok(true);
+            }
+            if Instant::now() >= deadline {
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    fn is_registered(&self, pid: u32) -> Result<bool> {
         Ok(read_target_mms(&self.ebpf)?
             .values()
             .any(|&owner| owner == pid))
@@ -346,6 +388,19 @@ impl Probes {
 
 /// Operations that were not expected to be long get their stacks walked inside the critical
 /// section only past this (every stack with --stack-threshold 0, which asks for them all).
+/// HOLDER_INFO keeps each blocking hold's stacks until the waits queued behind it end; on a
+/// lock that thousands of threads queue for, a wait outlasts about as many holds as there are
+/// threads, each with its record (and LRU maps evict before they are full, per CPU).
+fn holder_records(threads: usize) -> u32 {
+    (threads.saturating_mul(16)).clamp(8192, 131_072) as u32
+}
+
+/// BLOCKED (as large as AGG) folds holder thread ids away once three quarters full, keeping
+/// room for the folded keys.
+fn blocked_fold_at(capacity: u32) -> u32 {
+    capacity - capacity / 4
+}
+
 fn late_stack_threshold(stack_threshold_ns: u64) -> u64 {
     if stack_threshold_ns == 0 {
         0

@@ -2,6 +2,7 @@
 //! (tracefs), processes (procfs) and our privileges.
 
 pub mod btf;
+pub mod priority;
 pub mod privilege;
 pub mod procfs;
 pub mod tracefs;

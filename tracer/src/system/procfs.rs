@@ -79,6 +79,24 @@ pub fn thread_count(pid: u32) -> usize {
         .unwrap_or(0)
 }
 
+/// Threads of every process now (`threads` of /proc/loadavg's running/total field).
+pub fn machine_threads() -> usize {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|text| loadavg_threads(&text))
+        .unwrap_or(0)
+}
+
+fn loadavg_threads(loadavg: &str) -> Option<usize> {
+    loadavg
+        .split_whitespace()
+        .nth(3)?
+        .split_once('/')?
+        .1
+        .parse()
+        .ok()
+}
+
 /// (tid, name) of every thread of `pid` now.
 pub fn thread_names(pid: u32) -> Vec<(u32, String)> {
     let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
@@ -166,6 +184,12 @@ impl MappingHistory {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn loadavg_gives_the_machines_thread_count() {
+        assert_eq!(loadavg_threads("0.52 0.58 0.59 3/1123 30212\n"), Some(1123));
+        assert_eq!(loadavg_threads("garbage"), None);
+    }
 
     const MAPS: &str = "\
 55d0c0a00000-55d0c0a02000 r--p 00000000 fe:01 123 /usr/bin/cat
