@@ -543,7 +543,7 @@ mod tests {
     #[test]
     fn a_threads_first_event_ending_an_unseen_operation_is_an_edge_not_a_loss() {
         for event in [acquired(W), Released { mode: R }] {
-            let fx = LockState::ZERO.step(event, 100);
+            let fx = LockState::default().step(event, 100);
             assert!(matches!(
                 fx.counter,
                 Some(Counter::UnpairedAcquire | Counter::UnpairedRelease)
@@ -553,7 +553,7 @@ mod tests {
                 Some(Counter::BeganBeforeAttach)
             );
         }
-        let fx = LockState::ZERO.step(StartLocking { mode: R }, 100);
+        let fx = LockState::default().step(StartLocking { mode: R }, 100);
         assert_eq!(fx.seen_first(StartLocking { mode: R }).counter, None);
     }
 
