@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
-use tokio::signal::unix::{signal, SignalKind};
+use tokio::signal::unix::{signal, Signal, SignalKind};
 use tracer_common::FAULTS_USER;
 
 use crate::model::unwound::{splice, PendingCopies, StackRecord, Unwound};
@@ -159,20 +159,59 @@ impl Targets {
     }
 }
 
+/// The signals that end a trace. Installed before the programs load, so that one arriving
+/// while they load ends the trace as soon as it starts (with its report) instead of killing
+/// the tracer; after the trace, a second one ends the tracer at once.
+pub struct Stops {
+    interrupt: Signal,
+    terminate: Signal,
+    hangup: Signal,
+}
+
+impl Stops {
+    /// Needs the tokio runtime entered (`Runtime::enter`).
+    pub fn install() -> Result<Self> {
+        Ok(Self {
+            interrupt: signal(SignalKind::interrupt()).context("installing SIGINT handler")?,
+            terminate: signal(SignalKind::terminate()).context("installing SIGTERM handler")?,
+            hangup: signal(SignalKind::hangup()).context("installing SIGHUP handler")?,
+        })
+    }
+
+    /// The next of them to arrive (or that arrived since `install`).
+    pub async fn next(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.interrupt.recv() => "SIGINT",
+            _ = self.terminate.recv() => "SIGTERM",
+            _ = self.hangup.recv() => "SIGHUP",
+        }
+    }
+}
+
+/// The instant `secs` after `start`, or None when it is too far to represent (the command
+/// line refuses such durations; this keeps the loop from panicking whatever it is given).
+fn deadline_after(start: Instant, secs: f64) -> Option<Instant> {
+    if secs <= 0.0 {
+        return Some(start);
+    }
+    start.checked_add(Duration::try_from_secs_f64(secs).ok()?)
+}
+
 /// Waits for the end of the trace (duration, Ctrl-C, SIGTERM, SIGHUP, every target gone, or
 /// the sink says stop) while sampling thread counts, mappings and thread names, and draining
-/// the timeline.
+/// the timeline. A sink that fails (stdout closed under `-i 1 | head`, a failed refresh) ends
+/// the trace like a stop, with the error beside what was collected: the final outputs are
+/// still written.
 pub async fn watch_until_done(
     targets: &Targets,
     duration: Option<f64>,
     probes: &mut Probes,
     sink: &mut dyn Sink,
-) -> Result<Watch> {
+    stops: &mut Stops,
+) -> (Watch, Option<anyhow::Error>) {
     let start = Instant::now();
-    let deadline = duration.map(|secs| start + Duration::from_secs_f64(secs.max(0.0)));
-    let mut terminate = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
-    let mut hangup = signal(SignalKind::hangup()).context("installing SIGHUP handler")?;
-    let mut interrupt = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
+    let deadline = duration.and_then(|secs| deadline_after(start, secs));
+    let mut failure = None;
     let mut tick = tokio::time::interval(TICK);
     let mut watch = Watch {
         started: Some(start),
@@ -208,15 +247,21 @@ pub async fn watch_until_done(
             watch.ended_by = "duration reached";
             break;
         }
-        if sink.on_tick(probes, &watch)? == Flow::Stop {
-            watch.ended_by = "quit";
-            break;
+        match sink.on_tick(probes, &watch) {
+            Ok(Flow::Continue) => {}
+            Ok(Flow::Stop) => {
+                watch.ended_by = "quit";
+                break;
+            }
+            Err(err) => {
+                watch.ended_by = "error";
+                failure = Some(err);
+                break;
+            }
         }
         tokio::select! {
             _ = tick.tick() => {}
-            _ = interrupt.recv() => { watch.ended_by = "SIGINT"; break }
-            _ = terminate.recv() => { watch.ended_by = "SIGTERM"; break }
-            _ = hangup.recv() => { watch.ended_by = "SIGHUP"; break }
+            signal = stops.next() => { watch.ended_by = signal; break }
         }
     }
     if targets.is_system_wide() {
@@ -224,7 +269,7 @@ pub async fn watch_until_done(
         watch.count_threads(last_sample.elapsed());
     }
     watch.elapsed = start.elapsed();
-    Ok(watch)
+    (watch, failure)
 }
 
 impl Watch {
@@ -362,5 +407,23 @@ impl Windows {
     /// The symbolizer, with every stack seen so far, for the final report.
     pub fn into_symbolizer(self) -> StackSymbolizer {
         self.symbolizer
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn absurd_durations_have_no_deadline_rather_than_a_panic() {
+        let start = Instant::now();
+        assert_eq!(
+            deadline_after(start, 1.5),
+            Some(start + Duration::from_millis(1500))
+        );
+        assert_eq!(deadline_after(start, -1.0), Some(start));
+        for secs in [f64::INFINITY, 1e20, f64::NAN] {
+            assert_eq!(deadline_after(start, secs), None, "{secs}");
+        }
     }
 }

@@ -41,9 +41,20 @@ impl IntervalPrinter {
 
     /// Prints the last, partial interval (so that nothing traced goes unreported) and hands
     /// back the windows' symbolizer.
-    pub fn finish(mut self, probes: &Probes, watch: &Watch) -> Result<Windows> {
-        self.print(probes, watch)?;
-        Ok(self.windows)
+    /// Prints the last interval (when `print_last`) and hands the windows back, with the
+    /// print's outcome beside them: a failed print must not lose what the windows symbolized.
+    pub fn finish(
+        mut self,
+        probes: &Probes,
+        watch: &Watch,
+        print_last: bool,
+    ) -> (Windows, Result<()>) {
+        let printed = if print_last {
+            self.print(probes, watch)
+        } else {
+            Ok(())
+        };
+        (self.windows, printed)
     }
 
     fn print(&mut self, probes: &Probes, watch: &Watch) -> Result<()> {

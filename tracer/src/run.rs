@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::{Context as _, Result};
 
 use crate::cli::{Cli, UserStackArg, View};
-use crate::collect::{watch_until_done, NoSink, Targets, Watch, Windows};
+use crate::collect::{watch_until_done, NoSink, Stops, Targets, Watch, Windows};
 use crate::exports::{Outputs, TimelineData};
 use crate::intervals::IntervalPrinter;
 use crate::launch::Launched;
@@ -39,6 +39,17 @@ pub fn run(mut cli: Cli) -> Result<i32> {
         let launched = Launched::spawn_held(&cli.command)?;
         cli.pid = vec![launched.pid];
         Some(launched)
+    };
+    // Signals are caught from here on: one that arrives while the programs load ends the
+    // trace at its start, with a report, rather than killing the tracer.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .enable_io()
+        .build()
+        .context("starting the event loop")?;
+    let mut stops = {
+        let _entered = runtime.enter();
+        Stops::install()?
     };
     cli.pid = crate::cli::unique_pids(&cli.pid);
     for &pid in &cli.pid {
@@ -136,52 +147,43 @@ pub fn run(mut cli: Cli) -> Result<i32> {
         launched.release()?;
     }
 
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .enable_io()
-        .build()
-        .context("starting the event loop")?;
     let windows = Windows::new(&targets, &comm, cli.stack_threshold());
-    let (watch, symbolizer) = match view {
+    let mut watch_with = |sink: &mut dyn crate::collect::Sink, probes: &mut Probes| {
+        runtime.block_on(watch_until_done(
+            &targets,
+            cli.duration,
+            probes,
+            sink,
+            &mut stops,
+        ))
+    };
+    let (watch, failure, symbolizer) = match view {
         View::Final => {
-            let watch = runtime.block_on(watch_until_done(
-                &targets,
-                cli.duration,
-                &mut probes,
-                &mut NoSink,
-            ))?;
-            (watch, StackSymbolizer::new())
+            let (watch, failure) = watch_with(&mut NoSink, &mut probes);
+            (watch, failure, StackSymbolizer::new())
         }
         View::Intervals { interval } => {
             let mut printer =
                 IntervalPrinter::new(windows, interval, cli.reset, cli.per_thread, cli.top);
-            let watch = runtime.block_on(watch_until_done(
-                &targets,
-                cli.duration,
-                &mut probes,
-                &mut printer,
-            ))?;
-            let windows = printer.finish(&probes, &watch)?;
-            (watch, windows.into_symbolizer())
+            let (watch, failure) = watch_with(&mut printer, &mut probes);
+            // After a failed print (stdout closed), no last interval.
+            let (windows, last) = printer.finish(&probes, &watch, failure.is_none());
+            (watch, failure.or(last.err()), windows.into_symbolizer())
         }
         View::Live { interval } => {
             let mut view = live::LiveView::start(windows, interval, cli.per_thread)?;
-            let watch = runtime.block_on(watch_until_done(
-                &targets,
-                cli.duration,
-                &mut probes,
-                &mut view,
-            ));
+            let (watch, failure) = watch_with(&mut view, &mut probes);
             // The terminal is restored before anything else is printed, even on an error.
             let windows = view.finish();
-            (watch?, windows.into_symbolizer())
+            (watch, failure, windows.into_symbolizer())
         }
     };
+    let ended_by_signal = signal_named(watch.ended_by);
+    exit_on_second_signal(runtime, stops, ended_by_signal.is_some());
     if watch.exited {
         eprintln!("mmapsem-trace: target exited; the report covers the trace until then");
     }
-    let ended_by_signal = signal_named(watch.ended_by);
-    finish(
+    let finished = finish(
         &cli,
         &targets,
         &outputs,
@@ -191,14 +193,40 @@ pub fn run(mut cli: Cli) -> Result<i32> {
         settings.per_thread,
         comm,
         origin_ns,
-    )?;
-    let Some(launched) = launched else {
-        return Ok(0);
+    );
+    // A launched command is waited for whatever happened to the trace.
+    let status = match launched {
+        None => 0,
+        Some(launched) => {
+            if let Some(signal) = ended_by_signal {
+                launched.forward(signal);
+            }
+            launched.wait()?
+        }
     };
-    if let Some(signal) = ended_by_signal {
-        launched.forward(signal);
+    match failure {
+        Some(err) => {
+            Err(err
+                .context("the trace ended early, its outputs written with what it had collected"))
+        }
+        None => finished.map(|()| status),
     }
-    launched.wait()
+}
+
+/// After the trace, a second Ctrl-C (or SIGTERM, SIGHUP) ends the tracer at once, without
+/// the outputs not written yet, as users of perf expect. When no signal ended the trace (a
+/// duration, the target's exit), the first one only says that the outputs are being written:
+/// it may have arrived just as the trace ended for another reason.
+fn exit_on_second_signal(runtime: tokio::runtime::Runtime, mut stops: Stops, signalled: bool) {
+    std::thread::spawn(move || {
+        if !signalled {
+            let signal = runtime.block_on(stops.next());
+            eprintln!("mmapsem-trace: {signal}: writing the outputs; again to exit at once");
+        }
+        let signal = runtime.block_on(stops.next());
+        eprintln!("mmapsem-trace: {signal} again: exiting without the outputs not written yet");
+        std::process::exit(128 + signal_named(signal).unwrap_or(libc::SIGINT));
+    });
 }
 
 /// The signal behind a `Watch::ended_by`, if a signal ended the trace.

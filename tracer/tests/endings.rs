@@ -1,0 +1,85 @@
+//! However a trace ends, what it collected is written: a signal before the programs are even
+//! attached, a reader that closes the tracer's stdout mid-trace.
+
+mod common;
+
+use std::io::{BufRead as _, BufReader};
+use std::process::{Command, Stdio};
+
+use common::{bpf_available, json, serial, Workload, TRACER};
+
+#[test]
+fn a_sigterm_while_the_programs_load_still_gives_a_report() {
+    if !bpf_available("a_sigterm_while_the_programs_load_still_gives_a_report") {
+        return;
+    }
+    let _serial = serial();
+    let target = Workload::spawn(&["idle", "--seconds", "0"]);
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("report.json");
+    let tracer = Command::new(TRACER)
+        .args(["-p", &target.pid.to_string(), "--format", "json", "-o"])
+        .arg(&report)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Long before "attached": loading and verifying the programs takes a second or more.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    unsafe { libc::kill(tracer.id() as i32, libc::SIGTERM) };
+    let output = tracer.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    target.start();
+    target.finish();
+    assert!(
+        output.status.success(),
+        "{:?}: killed instead of ending the trace: {stderr}",
+        output.status
+    );
+    let report = json(&std::fs::read_to_string(&report).expect("no report written"));
+    assert!(report["duration_ns"].is_u64(), "{report}");
+}
+
+#[test]
+fn a_closed_stdout_ends_interval_reports_and_the_files_are_still_written() {
+    if !bpf_available("a_closed_stdout_ends_interval_reports_and_the_files_are_still_written") {
+        return;
+    }
+    let _serial = serial();
+    let target = Workload::spawn(&["churn", "--threads", "2", "--seconds", "30"]);
+    target.start();
+    let dir = tempfile::tempdir().unwrap();
+    let folded = dir.path().join("stacks.folded");
+    let mut tracer = Command::new(TRACER)
+        .args([
+            "-p",
+            &target.pid.to_string(),
+            "-i",
+            "0.2",
+            "--no-live",
+            "--folded",
+        ])
+        .arg(&folded)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // `| head -1`: read the first line of the first interval report, then hang up.
+    let mut first = String::new();
+    BufReader::new(tracer.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.starts_with("--- "), "{first:?}");
+    let output = tracer.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    unsafe { libc::kill(target.pid as i32, libc::SIGTERM) };
+    let _ = target.child.wait_with_output();
+    assert!(
+        stderr.contains("Broken pipe"),
+        "the closed pipe is said: {stderr}"
+    );
+    let stacks = std::fs::read_to_string(&folded).expect("the folded file was not written");
+    assert!(
+        stacks.lines().any(|l| l.contains("mmapsem-workloa")),
+        "folded stacks of the trace so far: {stacks}"
+    );
+}
