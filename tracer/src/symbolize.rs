@@ -73,8 +73,8 @@ impl StackSymbolizer {
         self.symbols
     }
 
-    /// Symbolizes the stacks of `harvest` not symbolized yet.
-    /// Symbolizes the stacks of `harvest` not symbolized yet, within `SYMBOLIZE_BUDGET`.
+    /// Symbolizes the stacks of `harvest` not symbolized yet (or cut short by an earlier
+    /// deadline), within `SYMBOLIZE_BUDGET`.
     pub fn add(&mut self, harvest: &Harvest, mappings: &HashMap<u32, MappingHistory>) {
         self.add_until(harvest, mappings, Instant::now() + SYMBOLIZE_BUDGET);
     }
