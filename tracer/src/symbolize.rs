@@ -1,9 +1,16 @@
 //! Turns stack addresses into frames with blazesym: kernel frames from kallsyms (and vmlinux
 //! debug info when present), user frames from the ELF files of the mappings recorded during the
 //! trace, so that a process that already exited is still symbolized.
+//!
+//! The target is hostile: its objects are opened through `objects` (the mapped file, never a
+//! FIFO, a device or a huge file, never a file that replaced the mapped one), debug links are
+//! followed only into the standard debug directories, and symbolization has a deadline. A frame
+//! that cannot be symbolized keeps its module and file offset.
 
-use std::collections::HashMap;
-use std::path::PathBuf;
+mod objects;
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
 
 use blazesym::symbolize::{
     source::{Elf, Kernel, Source},
@@ -11,7 +18,13 @@ use blazesym::symbolize::{
 };
 
 use crate::model::{Frame, Harvest, StackRef, Symbols};
-use crate::system::procfs::MappingHistory;
+use crate::system::procfs::{Mapping, MappingHistory};
+
+use objects::{Object, ObjectFiles, DEBUG_DIRS};
+
+/// How long one `add` may symbolize: stacks left when it is over keep module+offset frames
+/// (a report late by minutes, on a huge or hostile object, is worse than unnamed frames).
+const SYMBOLIZE_BUDGET: Duration = Duration::from_secs(20);
 
 /// Symbolizes every stack the harvest refers to: entries, the holders they waited behind, the
 /// stacks holders slept in, timeline events.
@@ -26,7 +39,10 @@ pub fn symbolize(harvest: &Harvest, mappings: &HashMap<u32, MappingHistory>) -> 
 /// (the tracer never deletes from the stack map), so an id names one stack for the whole trace.
 pub struct StackSymbolizer {
     symbolizer: Symbolizer,
+    objects: ObjectFiles,
     symbols: Symbols,
+    /// Stacks cut short by the deadline: a later `add` retries them.
+    partial: HashSet<StackRef>,
 }
 
 impl Default for StackSymbolizer {
@@ -41,8 +57,11 @@ impl StackSymbolizer {
             symbolizer: Symbolizer::builder()
                 .enable_code_info(true)
                 .enable_inlined_fns(true)
+                .set_debug_dirs(Some(&DEBUG_DIRS))
                 .build(),
+            objects: ObjectFiles::new(),
             symbols: Symbols::new(),
+            partial: HashSet::new(),
         }
     }
 
@@ -54,25 +73,55 @@ impl StackSymbolizer {
         self.symbols
     }
 
-    /// Symbolizes the stacks of `harvest` not symbolized yet.
+    /// Symbolizes the stacks of `harvest` not symbolized yet (or cut short by an earlier
+    /// deadline), within `SYMBOLIZE_BUDGET`.
     pub fn add(&mut self, harvest: &Harvest, mappings: &HashMap<u32, MappingHistory>) {
+        self.add_until(harvest, mappings, Instant::now() + SYMBOLIZE_BUDGET);
+    }
+
+    fn add_until(
+        &mut self,
+        harvest: &Harvest,
+        mappings: &HashMap<u32, MappingHistory>,
+        deadline: Instant,
+    ) {
         let empty = MappingHistory::default();
+        let mut late = 0;
         for stack in harvest.stack_refs() {
-            if self.symbols.contains_key(&stack) {
+            if self.symbols.contains_key(&stack) && !self.partial.contains(&stack) {
                 continue;
             }
-            let (id, history) = match stack {
-                StackRef::Kernel(id) => (id, None),
-                StackRef::User { pid, id } => (id, Some(mappings.get(&pid).unwrap_or(&empty))),
-            };
-            let Some(addrs) = harvest.stacks.get(&id) else {
+            let Some(addrs) = harvest.stacks.get(&stack_id(stack)) else {
                 continue;
             };
-            let frames = match history {
-                None => kernel_frames(&self.symbolizer, addrs),
-                Some(history) => user_frames(&self.symbolizer, addrs, history),
+            let on_time = Instant::now() < deadline;
+            let frames = match stack {
+                StackRef::Kernel(_) if on_time => kernel_frames(&self.symbolizer, addrs),
+                StackRef::Kernel(_) => unnamed_kernel_frames(addrs),
+                StackRef::User { pid, .. } => {
+                    let history = mappings.get(&pid).unwrap_or(&empty);
+                    let mut objects = ObjectLookup {
+                        symbolizer: &self.symbolizer,
+                        objects: &mut self.objects,
+                        pid,
+                        deadline,
+                    };
+                    user_frames(&mut objects, addrs, history)
+                }
             };
+            if Instant::now() < deadline {
+                self.partial.remove(&stack);
+            } else {
+                late += 1;
+                self.partial.insert(stack);
+            }
             self.symbols.insert(stack, frames);
+        }
+        if late > 0 {
+            log::warn!(
+                "symbolizing took over {}s: {late} stacks shown as module+offset",
+                SYMBOLIZE_BUDGET.as_secs()
+            );
         }
     }
 
@@ -82,6 +131,12 @@ impl StackSymbolizer {
         self.symbols.retain(|key, frames| {
             matches!(key, StackRef::Kernel(_)) || frames.iter().all(|f| f.module != UNKNOWN_MODULE)
         });
+    }
+}
+
+fn stack_id(stack: StackRef) -> i32 {
+    match stack {
+        StackRef::Kernel(id) | StackRef::User { id, .. } => id,
     }
 }
 
@@ -120,7 +175,63 @@ fn kernel_frames(symbolizer: &Symbolizer, addrs: &[u64]) -> Vec<Frame> {
     frames
 }
 
-fn user_frames(symbolizer: &Symbolizer, addrs: &[u64], history: &MappingHistory) -> Vec<Frame> {
+fn unnamed_kernel_frames(addrs: &[u64]) -> Vec<Frame> {
+    addrs
+        .iter()
+        .map(|&addr| Frame {
+            kernel: true,
+            module: "kernel".into(),
+            addr,
+            ..Frame::default()
+        })
+        .collect()
+}
+
+/// What symbolizing one process's user frames needs: its objects, opened safely, and the
+/// time left.
+struct ObjectLookup<'a> {
+    symbolizer: &'a Symbolizer,
+    objects: &'a mut ObjectFiles,
+    pid: u32,
+    deadline: Instant,
+}
+
+impl ObjectLookup<'_> {
+    /// The symbol at `file_offset` of `mapping`'s object: from its installed debug file, else
+    /// from the object itself (its DWARF only if it names no other file). None when out of
+    /// time or when the object cannot be opened safely.
+    fn symbolize(&mut self, mapping: &Mapping, file_offset: u64) -> Option<Symbolized<'_>> {
+        if Instant::now() >= self.deadline {
+            return None;
+        }
+        let object = self.objects.get(self.pid, mapping)?;
+        if let Some(found) = self.symbol_in_debug_file(&object, file_offset) {
+            return Some(found);
+        }
+        let src = Source::Elf(Elf {
+            debug_syms: object.own_dwarf,
+            ..Elf::new(object.path.clone())
+        });
+        self.symbolizer
+            .symbolize(&src, Input::FileOffset(&[file_offset]))
+            .ok()
+            .and_then(|mut v| v.pop())
+    }
+
+    fn symbol_in_debug_file(&self, object: &Object, file_offset: u64) -> Option<Symbolized<'_>> {
+        let debug = object.debug.as_ref()?;
+        let vaddr = object.vaddr_of(file_offset)?;
+        let src = Source::Elf(Elf::new(debug.path.clone()));
+        let found = self
+            .symbolizer
+            .symbolize(&src, Input::VirtOffset(&[vaddr]))
+            .ok()?
+            .pop()?;
+        matches!(found, Symbolized::Sym(_)).then_some(found)
+    }
+}
+
+fn user_frames(objects: &mut ObjectLookup, addrs: &[u64], history: &MappingHistory) -> Vec<Frame> {
     let mut frames = Vec::new();
     for (i, &addr) in addrs.iter().enumerate() {
         let lookup = lookup_addr(i, addr);
@@ -138,13 +249,10 @@ fn user_frames(symbolizer: &Symbolizer, addrs: &[u64], history: &MappingHistory)
         let frame = Frame {
             module: mapping.path.display().to_string(),
             addr,
+            file_offset: Some(file_offset),
             ..Frame::default()
         };
-        let src = Source::Elf(Elf::new(PathBuf::from(&mapping.path)));
-        let result = symbolizer
-            .symbolize(&src, Input::FileOffset(&[file_offset]))
-            .ok()
-            .and_then(|mut v| v.pop());
+        let result = objects.symbolize(mapping, file_offset);
         push_symbolized(&mut frames, frame, result.as_ref());
     }
     frames
@@ -195,20 +303,36 @@ mod tests {
     use super::*;
     use crate::system::procfs::Mapping;
 
+    fn lookup<'a>(
+        symbolizer: &'a Symbolizer,
+        objects: &'a mut ObjectFiles,
+        deadline: Instant,
+    ) -> ObjectLookup<'a> {
+        ObjectLookup {
+            symbolizer,
+            objects,
+            pid: std::process::id(),
+            deadline,
+        }
+    }
+
     #[test]
     fn a_return_address_outside_executable_code_ends_the_user_stack() {
         let symbolizer = Symbolizer::new();
+        let mut objects = ObjectFiles::new();
         let mut history = MappingHistory::default();
         history.add_all(vec![Mapping {
             start: 0x1000,
             end: 0x2000,
             file_offset: 0,
             path: "/nonexistent/app".into(),
+            dev: 0,
+            inode: 0,
         }]);
         // ip in the app, a return address in the app, then stack data the broken
         // frame-pointer chain walked into, then more garbage.
         let frames = user_frames(
-            &symbolizer,
+            &mut lookup(&symbolizer, &mut objects, Instant::now() + SYMBOLIZE_BUDGET),
             &[0x1100, 0x1201, 0x7ffd_0000_0980, 0x1300],
             &history,
         );
@@ -218,5 +342,57 @@ mod tests {
             ["/nonexistent/app", "/nonexistent/app", UNKNOWN_MODULE]
         );
         assert_eq!(frames[2].addr, 0x7ffd_0000_0980);
+    }
+
+    /// The executable mapping of this test binary that holds `f`'s code.
+    fn own_mapping(f: u64) -> Mapping {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        crate::system::procfs::parse_exec_mappings(&maps)
+            .into_iter()
+            .find(|m| (m.start..m.end).contains(&f))
+            .expect("own code is mapped")
+    }
+
+    #[inline(never)]
+    fn a_function_to_find() -> u64 {
+        std::hint::black_box(7)
+    }
+
+    #[test]
+    fn own_code_is_symbolized_through_its_mapping() {
+        let addr = a_function_to_find as *const () as u64;
+        let mut history = MappingHistory::default();
+        history.add_all(vec![own_mapping(addr)]);
+        let symbolizer = Symbolizer::new();
+        let mut objects = ObjectFiles::new();
+        let deadline = Instant::now() + SYMBOLIZE_BUDGET;
+        let frames = user_frames(
+            &mut lookup(&symbolizer, &mut objects, deadline),
+            &[addr],
+            &history,
+        );
+        let symbol = frames[0].symbol.as_deref().unwrap_or_default();
+        assert!(symbol.contains("a_function_to_find"), "{frames:?}");
+        assert!(frames[0].file_offset.is_some());
+    }
+
+    #[test]
+    fn frames_past_the_deadline_keep_their_file_offset_only() {
+        let addr = a_function_to_find as *const () as u64;
+        let mapping = own_mapping(addr);
+        let mut history = MappingHistory::default();
+        history.add_all(vec![mapping.clone()]);
+        let symbolizer = Symbolizer::new();
+        let mut objects = ObjectFiles::new();
+        let frames = user_frames(
+            &mut lookup(&symbolizer, &mut objects, Instant::now()),
+            &[addr],
+            &history,
+        );
+        assert_eq!(frames[0].symbol, None);
+        assert_eq!(
+            frames[0].file_offset,
+            Some(addr - mapping.start + mapping.file_offset)
+        );
     }
 }

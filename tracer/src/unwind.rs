@@ -2,13 +2,11 @@
 //! object (`.eh_frame` through `.eh_frame_hdr`, and `.debug_frame`), using framehop, which
 //! falls back to frame pointers where an object has no CFI.
 //!
-//! Objects are read through /proc/PID/map_files while the process lives (so deleted files and
-//! containers' files are the ones mapped), else /proc/PID/root/PATH, else PATH. Their unwind
-//! sections are read once per file (device, inode) and shared by every process mapping them.
+//! Objects are opened by `procfs::open_mapped_object` (the mapped file itself, never a FIFO or
+//! a file over the size cap) and mapped, not read. Their unwind sections are read once per
+//! file (device, inode) and shared by every process mapping them.
 
 use std::collections::{HashMap, HashSet};
-use std::fs::File;
-use std::io::Read as _;
 use std::ops::Range;
 use std::os::unix::fs::MetadataExt as _;
 use std::sync::Arc;
@@ -18,7 +16,7 @@ use framehop::{ExplicitModuleSectionInfo, Module, Unwinder as _};
 use object::{Object as _, ObjectSection as _, ObjectSegment as _};
 
 use crate::model::unwound::{StackCopy, UnwoundStack};
-use crate::system::procfs::{Mapping, MappingHistory};
+use crate::system::procfs::{self, Mapping, MappingHistory};
 
 /// Deepest stack kept; deeper ones are marked truncated.
 const MAX_FRAMES: usize = 256;
@@ -115,43 +113,34 @@ fn read_word(bytes: &[u8], window: &Range<u64>, addr: u64) -> Result<u64, ()> {
     Ok(u64::from_le_bytes(word))
 }
 
-/// The unwind info of the file behind `mapping`, read once per (device, inode).
+/// The unwind info of the file behind `mapping`, read once per (device, inode). The file is
+/// mapped, not read: only the pages of the sections framehop needs are touched.
 fn object_info(
     objects: &mut HashMap<(u64, u64), Option<Arc<ObjectInfo>>>,
     pid: u32,
     mapping: &Mapping,
 ) -> Option<Arc<ObjectInfo>> {
-    let mut file = open_mapped_file(pid, mapping)?;
+    let file = match procfs::open_mapped_object(pid, mapping) {
+        Ok(file) => file,
+        Err(err) => {
+            log::debug!("no unwind info: {err:#}");
+            return None;
+        }
+    };
     let meta = file.metadata().ok()?;
     let id = (meta.dev(), meta.ino());
     if let Some(known) = objects.get(&id) {
         return known.clone();
     }
-    let mut data = Vec::with_capacity(meta.len() as usize);
-    let info = file
-        .read_to_end(&mut data)
-        .ok()
-        .and_then(|_| parse_object(&data))
-        .map(Arc::new);
+    // SAFETY: the map is read-only and dropped before returning; a file truncated meanwhile
+    // by the target could fault the read (SIGBUS), as for any tool that maps objects.
+    let data = unsafe { memmap2::Mmap::map(&file) };
+    let info = data.ok().and_then(|data| parse_object(&data)).map(Arc::new);
     if info.is_none() {
         log::debug!("no unwind info from {}", mapping.path.display());
     }
     objects.insert(id, info.clone());
     info
-}
-
-/// The file a mapping maps: the mapping itself while the process lives (works for deleted
-/// files and other mount namespaces), else the path inside the process's root, else the path.
-fn open_mapped_file(pid: u32, mapping: &Mapping) -> Option<File> {
-    let map_file = format!(
-        "/proc/{pid}/map_files/{:x}-{:x}",
-        mapping.start, mapping.end
-    );
-    let in_root = format!("/proc/{pid}/root{}", mapping.path.display());
-    File::open(map_file)
-        .or_else(|_| File::open(in_root))
-        .or_else(|_| File::open(&mapping.path))
-        .ok()
 }
 
 /// Reads the sections framehop needs from an ELF object.

@@ -47,6 +47,50 @@ pub enum Mode {
     /// From outside, read another process's memory through /proc/<pid>/mem after dropping the
     /// file behind it from the page cache.
     ProcMemRead(ProcMemReadArgs),
+    /// A hostile target: abuse its own files (see --kind), then map and unmap in a loop.
+    Hostile(HostileArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct HostileArgs {
+    /// What to do: fifo and replaced act on the running executable (a copy named hostile-*).
+    #[arg(long, value_enum)]
+    pub kind: HostileKind,
+
+    /// Wall time to map and unmap for.
+    #[arg(long, value_name = "SECS", default_value = "3", value_parser = parse_seconds)]
+    pub seconds: Duration,
+
+    /// Where `sparse` creates its 1 TiB file.
+    #[arg(long, default_value = "/tmp")]
+    pub dir: PathBuf,
+
+    /// The ELF object `replaced` renames over the executable (default: the C library).
+    #[arg(long)]
+    pub decoy: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum HostileKind {
+    /// Replace the executable's file with a FIFO at the same path.
+    Fifo,
+    /// Rename another ELF object (--decoy, else a copy of libc) over the executable.
+    Replaced,
+    /// Map a 1 TiB sparse file PROT_READ|PROT_EXEC.
+    Sparse,
+    /// Name the process with an escape sequence and a newline.
+    Names,
+}
+
+impl HostileKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            HostileKind::Fifo => "fifo",
+            HostileKind::Replaced => "replaced",
+            HostileKind::Sparse => "sparse",
+            HostileKind::Names => "names",
+        }
+    }
 }
 
 #[derive(Debug, Args)]

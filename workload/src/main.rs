@@ -9,6 +9,7 @@ mod cli;
 mod fileio;
 mod files;
 mod hold;
+mod hostile;
 mod idle;
 mod memory;
 mod remote;
@@ -49,6 +50,8 @@ fn main() -> Result<()> {
         Mode::ProcMemRead(args) => start
             .begin(out)
             .and_then(|()| remote::run_proc_mem_read(args, out)),
+        // Abuses its files before `started`: the tracer meets them already abused.
+        Mode::Hostile(args) => hostile::run(args, start, out),
     }
 }
 

@@ -11,7 +11,7 @@ use crate::model::{
     report::{cause_rows, Entry, Kind, Mode, Report},
     Cause, LiveSnapshot,
 };
-use crate::present::{short_frame, text::splits_by_process};
+use crate::present::{escaped, short_frame, text::splits_by_process};
 
 /// What the view asks of the collector.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -430,11 +430,13 @@ fn stack_row(e: &Entry, report: &Report) -> Row {
         max_ns: e.max_ns,
         max_is_upper_bound: e.max_is_upper_bound,
         share: share(e.total_ns, report),
-        thread: thread_label(e),
-        place: match process_label(e, report) {
+        // Names the target controls, as the terminal must not see them.
+        thread: thread_label(e).map(|t| escaped(&t).into_owned()),
+        place: escaped(&match process_label(e, report) {
             Some(process) => format!("{process}: {}", place(e)),
             None => place(e),
-        },
+        })
+        .into_owned(),
         detail: stack_parts(e)
             .into_iter()
             .chain([why_lines(e)])
@@ -459,7 +461,7 @@ fn why_lines(e: &Entry) -> Vec<String> {
     }
     for b in e.blocked_by.iter().take(BLOCKERS_IN_PANE) {
         let who = match &b.locker {
-            Some(l) => format!("{} {}", l.comm.as_deref().unwrap_or("?"), l.pid),
+            Some(l) => format!("{} {}", escaped(l.comm.as_deref().unwrap_or("?")), l.pid),
             None => match b.tids.first() {
                 Some(tid) => format!("tid {tid}"),
                 None => "threads not recorded".to_string(),

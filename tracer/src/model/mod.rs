@@ -170,6 +170,10 @@ pub struct Frame {
     pub file: Option<String>,
     pub line: Option<u32>,
     pub addr: u64,
+    /// Offset in the user object's file of the address looked up (the call instruction of a
+    /// return address): what `addr2line -e OBJECT` takes, unlike the runtime `addr`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file_offset: Option<u64>,
     /// True for a frame that was inlined into the next one.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub inlined: bool,

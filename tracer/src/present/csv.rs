@@ -136,14 +136,16 @@ fn stack(e: &Entry) -> String {
         .iter()
         .map(|f| match &f.symbol {
             Some(symbol) => symbol.clone(),
-            None => format!("{}+{:#x}", f.module, f.addr),
+            None => super::unnamed_frame(&f.module, f),
         })
         .collect::<Vec<_>>()
         .join(" <- ")
 }
 
 fn push_row(out: &mut String, fields: impl Iterator<Item = String>) {
-    let fields: Vec<String> = fields.map(|f| quote(&f)).collect();
+    // Names the target controls are in several fields: a control character in any would
+    // reach whoever reads the file in a terminal.
+    let fields: Vec<String> = fields.map(|f| quote(&super::escaped(&f))).collect();
     let _ = writeln!(out, "{}", fields.join(","));
 }
 
@@ -238,5 +240,15 @@ mod tests {
         assert_eq!(quote("plain"), "plain");
         assert_eq!(quote("a,b"), "\"a,b\"");
         assert_eq!(quote("say \"hi\""), "\"say \"\"hi\"\"\"");
+    }
+
+    #[test]
+    fn names_with_control_characters_are_escaped() {
+        let mut out = String::new();
+        push_row(
+            &mut out,
+            ["\x1b[31mred".to_string(), "a\nb".to_string()].into_iter(),
+        );
+        assert_eq!(out, "\\x1b[31mred,a\\nb\n");
     }
 }

@@ -148,13 +148,14 @@ fn root_frame(report: &Report, e: &Entry) -> String {
     sanitize(&name)
 }
 
-/// A frame's name: its symbol, else `object+0xoffset`; kernel frames end in `_[k]`.
+/// A frame's name: its symbol, else `object+0xFILE_OFFSET` (the runtime address where no file
+/// offset is known: kernel, unknown module); kernel frames end in `_[k]`.
 fn frame_name(f: &Frame) -> String {
     let name = match &f.symbol {
         Some(symbol) => symbol.clone(),
         None => {
             let object = f.module.rsplit('/').next().unwrap_or(&f.module);
-            format!("{object}+{:#x}", f.addr)
+            format!("{object}+{:#x}", f.file_offset.unwrap_or(f.addr))
         }
     };
     let name = sanitize(&name);
@@ -165,9 +166,10 @@ fn frame_name(f: &Frame) -> String {
     }
 }
 
-/// `;` separates frames and a line ends the record: neither may appear inside a name.
+/// `;` separates frames and a line ends the record: neither may appear inside a name, nor may
+/// any other control character the target put in a name.
 fn sanitize(name: &str) -> String {
-    name.replace(';', ":").replace(['\n', '\r'], " ")
+    super::escaped(name).replace(';', ":")
 }
 
 #[cfg(test)]
@@ -273,7 +275,7 @@ mod tests {
             symbol: Some("a;b\nc".into()),
             ..Frame::default()
         };
-        assert_eq!(frame_name(&f), "a:b c");
+        assert_eq!(frame_name(&f), "a:b\\nc");
         let unknown = Frame {
             kernel: true,
             module: "/usr/lib/libx.so".into(),
@@ -281,5 +283,21 @@ mod tests {
             ..Frame::default()
         };
         assert_eq!(frame_name(&unknown), "libx.so+0x10_[k]");
+        let escape = Frame {
+            symbol: Some("\x1b[2Jx".into()),
+            ..Frame::default()
+        };
+        assert_eq!(frame_name(&escape), "\\x1b[2Jx");
+    }
+
+    #[test]
+    fn unnamed_user_frames_show_their_file_offset() {
+        let f = Frame {
+            module: "/usr/lib/libclamav.so.12.0.3".into(),
+            addr: 0x7f0c_3692_b978,
+            file_offset: Some(0x12_b978),
+            ..Frame::default()
+        };
+        assert_eq!(frame_name(&f), "libclamav.so.12.0.3+0x12b978");
     }
 }

@@ -8,7 +8,51 @@ pub mod svg;
 pub mod text;
 pub mod trace_event;
 
+use std::borrow::Cow;
+use std::fmt::Write as _;
+
 use crate::model::Frame;
+
+/// A name the target controls (comm, path, symbol) made safe to print: control characters
+/// (an escape sequence that would drive the terminal, a newline that would forge a report
+/// line) and bidirectional overrides become `\xNN`, `\n`, `\u{NNNN}`; a backslash is doubled so
+/// that an escape cannot be faked.
+pub fn escaped(name: &str) -> Cow<'_, str> {
+    if !name.chars().any(needs_escape) {
+        return Cow::Borrowed(name);
+    }
+    let mut out = String::with_capacity(name.len() + 8);
+    for c in name.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x100 && needs_escape(c) => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c if needs_escape(c) => {
+                let _ = write!(out, "\\u{{{:04x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+fn needs_escape(c: char) -> bool {
+    c == '\\' || c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `module+0xFILE_OFFSET` for a frame without a symbol (`addr2line -e module 0xOFFSET` takes
+/// it), with the runtime address only where no file offset is known (kernel, unknown module).
+/// `module` is printed as given (escaped by the caller).
+pub fn unnamed_frame(module: &str, f: &Frame) -> String {
+    match f.file_offset {
+        Some(off) => format!("{module}+{off:#x}"),
+        None => format!("{module} ({:#x})", f.addr),
+    }
+}
 
 /// Human duration: ns, µs, ms or s with three significant-ish digits.
 pub fn human_ns(ns: u64) -> String {
@@ -27,15 +71,16 @@ pub fn human_ns(ns: u64) -> String {
 /// A frame in a few words, for narrow places (the live view's stack pane, timeline args):
 /// `symbol (file:line)` with the file's base name, `symbol+0xoff`, or `object+0xaddr`.
 pub fn short_frame(f: &Frame) -> String {
-    let base = |path: &str| path.rsplit('/').next().unwrap_or(path).to_string();
+    let base = |path: &str| escaped(path.rsplit('/').next().unwrap_or(path)).into_owned();
     let inlined = if f.inlined { " [inlined]" } else { "" };
-    match (&f.symbol, &f.file, f.line) {
+    let symbol = f.symbol.as_deref().map(escaped);
+    match (symbol, &f.file, f.line) {
         (Some(sym), Some(file), Some(line)) => format!("{sym} ({}:{line}){inlined}", base(file)),
         (Some(sym), _, _) => match f.offset {
             Some(off) => format!("{sym}+{off:#x}{inlined}"),
             None => format!("{sym}{inlined}"),
         },
-        (None, _, _) => format!("{}+{:#x}", base(&f.module), f.addr),
+        (None, _, _) => unnamed_frame(&base(&f.module), f),
     }
 }
 
@@ -58,7 +103,29 @@ mod tests {
         f.offset = Some(0x1b);
         assert_eq!(short_frame(&f), "__GI_munmap+0x1b");
         f.symbol = None;
-        assert_eq!(short_frame(&f), "libc.so.6+0x7f00");
+        assert_eq!(
+            short_frame(&f),
+            "libc.so.6 (0x7f00)",
+            "no file offset known"
+        );
+        f.file_offset = Some(0x1234);
+        assert_eq!(short_frame(&f), "libc.so.6+0x1234");
+        f.module = "/tmp/\x1b[2Jevil\n.so".into();
+        assert_eq!(short_frame(&f), "\\x1b[2Jevil\\n.so+0x1234");
+    }
+
+    #[test]
+    fn names_are_escaped() {
+        assert_eq!(escaped("plain name (x).so"), "plain name (x).so");
+        assert_eq!(escaped("\x1b[31mred\n"), "\\x1b[31mred\\n");
+        assert_eq!(
+            escaped("a\\n"),
+            "a\\\\n",
+            "a backslash cannot fake an escape"
+        );
+        assert_eq!(escaped("tab\there\r\x7f"), "tab\\there\\r\\x7f");
+        assert_eq!(escaped("\u{202e}gpj.exe"), "\\u{202e}gpj.exe");
+        assert_eq!(escaped("naïve µs"), "naïve µs");
     }
 
     #[test]

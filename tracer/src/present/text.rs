@@ -14,7 +14,7 @@ use crate::model::{
     Frame,
 };
 
-use super::human_ns;
+use super::{escaped, human_ns, unnamed_frame};
 
 pub fn render(report: &Report, top: usize) -> String {
     let mut out = String::new();
@@ -31,10 +31,10 @@ pub fn render(report: &Report, top: usize) -> String {
 /// What was traced, as the header names it: `pid 42 (app)`, or `all processes`.
 pub fn traced(r: &Report) -> String {
     if r.target.system_wide {
-        return r.target.comm.clone();
+        return escaped(&r.target.comm).into_owned();
     }
     let pids: Vec<String> = r.target.pids.iter().map(u32::to_string).collect();
-    format!("pid {} ({})", pids.join(","), r.target.comm)
+    format!("pid {} ({})", pids.join(","), escaped(&r.target.comm))
 }
 
 /// Whether the report splits by process: system-wide, or several targets.
@@ -103,7 +103,7 @@ fn processes(out: &mut String, r: &Report, top: usize) {
             out,
             "{:>8} {:<16} {:>9} {:>10} {:>10} {:>5.1}% {:>9} {:>10} {:>10}",
             p.pid,
-            p.comm,
+            escaped(&p.comm),
             p.waits,
             human_ns(p.wait_ns),
             human_ns(p.max_wait_ns),
@@ -274,7 +274,7 @@ fn waited_behind(out: &mut String, e: &Entry) {
         let who = match &b.locker {
             Some(l) => format!(
                 "outside locker {} pid {}",
-                l.comm.as_deref().unwrap_or("?"),
+                escaped(l.comm.as_deref().unwrap_or("?")),
                 l.pid
             ),
             None if b.tids.is_empty() => "threads not recorded".to_string(),
@@ -353,7 +353,7 @@ fn tags(e: &Entry, name_process: bool) -> String {
         tags.push(format!(
             "pid {} ({})",
             e.pid,
-            e.comm.as_deref().unwrap_or(UNKNOWN_COMM)
+            escaped(e.comm.as_deref().unwrap_or(UNKNOWN_COMM))
         ));
     }
     tags.extend([
@@ -370,7 +370,7 @@ fn tags(e: &Entry, name_process: bool) -> String {
         tags.push(format!("user stack: {}{estimated}", e.user_stack.name()));
     }
     if let Some(locker) = &e.locker {
-        let comm = locker.comm.as_deref().unwrap_or("?");
+        let comm = escaped(locker.comm.as_deref().unwrap_or("?"));
         tags.push(format!("outside locker: {comm} pid {}", locker.pid));
     } else if let Some(tid) = e.tid {
         tags.push(format!("tid {tid}"));
@@ -378,16 +378,20 @@ fn tags(e: &Entry, name_process: bool) -> String {
     tags.join(", ")
 }
 
-/// `module (symbol) file:line`, or symbol+offset without debug info, or the bare address.
+/// `module (symbol) file:line`, or symbol+offset without debug info, or module+0xFILE_OFFSET
+/// without a symbol (the runtime address only where the file offset is not known).
 pub fn frame_line(f: &Frame) -> String {
-    let module = &f.module;
-    match (&f.symbol, &f.file, f.line) {
-        (Some(sym), Some(file), Some(line)) => format!("{module} ({sym}) {file}:{line}{}", inl(f)),
+    let module = escaped(&f.module);
+    let symbol = f.symbol.as_deref().map(escaped);
+    match (symbol, &f.file, f.line) {
+        (Some(sym), Some(file), Some(line)) => {
+            format!("{module} ({sym}) {}:{line}{}", escaped(file), inl(f))
+        }
         (Some(sym), _, _) => match f.offset {
             Some(off) => format!("{module} ({sym}+{off:#x}){}", inl(f)),
             None => format!("{module} ({sym}){}", inl(f)),
         },
-        (None, _, _) => format!("{module} ({:#x})", f.addr),
+        (None, _, _) => unnamed_frame(&module, f),
     }
 }
 
@@ -714,5 +718,13 @@ mod tests {
         assert_eq!(frame_line(&f), "/lib/libc.so.6 (mmap) scanners.c:470");
         f.symbol = None;
         assert_eq!(frame_line(&f), "/lib/libc.so.6 (0x7f00)");
+        f.file_offset = Some(0x2a978);
+        assert_eq!(
+            frame_line(&f),
+            "/lib/libc.so.6+0x2a978",
+            "the offset addr2line takes"
+        );
+        f.module = "/tmp/a\nb.so".into();
+        assert_eq!(frame_line(&f), "/tmp/a\\nb.so+0x2a978");
     }
 }

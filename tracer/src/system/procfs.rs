@@ -1,9 +1,12 @@
 //! What /proc says about the traced processes: names, liveness, threads, executable mappings.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd as _;
+use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context as _, Result};
 
 pub fn comm(pid: u32) -> Option<String> {
     std::fs::read_to_string(format!("/proc/{pid}/comm"))
@@ -117,6 +120,10 @@ pub struct Mapping {
     pub end: u64,
     pub file_offset: u64,
     pub path: PathBuf,
+    /// The mapped file's device (st_dev) and inode as /proc/PID/maps gave them, to tell the
+    /// file mapped from whatever is at `path` later (a package upgrade, a hostile target).
+    pub dev: u64,
+    pub inode: u64,
 }
 
 /// Parses /proc/PID/maps, keeping executable mappings backed by a file (what user stack
@@ -130,19 +137,100 @@ fn parse_maps_line(line: &str) -> Option<Mapping> {
     let range = cols.next()?;
     let perms = cols.next()?;
     let offset = cols.next()?;
-    let _dev = cols.next()?;
-    let _inode = cols.next()?;
+    let dev = cols.next()?;
+    let inode = cols.next()?;
     let path = cols.next()?.trim_start();
     if !perms.contains('x') || !path.starts_with('/') {
         return None;
     }
     let (start, end) = range.split_once('-')?;
+    let (major, minor) = dev.split_once(':')?;
     Some(Mapping {
         start: u64::from_str_radix(start, 16).ok()?,
         end: u64::from_str_radix(end, 16).ok()?,
         file_offset: u64::from_str_radix(offset, 16).ok()?,
         path: PathBuf::from(path.trim_end_matches(" (deleted)")),
+        dev: libc::makedev(
+            u32::from_str_radix(major, 16).ok()?,
+            u32::from_str_radix(minor, 16).ok()?,
+        ),
+        inode: inode.parse().ok()?,
     })
+}
+
+/// Largest object file opened to symbolize or unwind: bigger ones (a sparse 1 TiB file mapped
+/// executable) are refused rather than mapped and parsed.
+pub const MAX_OBJECT_BYTES: u64 = 4 << 30;
+
+/// The file behind one executable mapping, opened as a hostile process's file must be: the
+/// mapping itself through /proc/PID/map_files while the process lives (the file mapped even if
+/// deleted, replaced or in another mount namespace), else the path inside the process's root,
+/// else the recorded path, accepting those two only if they are still the (device, inode) that
+/// was mapped. Never blocks (a FIFO at the path), never opens anything but a regular file of at
+/// most `MAX_OBJECT_BYTES`.
+pub fn open_mapped_object(pid: u32, mapping: &Mapping) -> Result<File> {
+    let map_file = format!(
+        "/proc/{pid}/map_files/{:x}-{:x}",
+        mapping.start, mapping.end
+    );
+    if let Ok(file) = open_regular(Path::new(&map_file)) {
+        return Ok(file);
+    }
+    let mut in_root = PathBuf::from(format!("/proc/{pid}/root"));
+    in_root.push(mapping.path.strip_prefix("/").unwrap_or(&mapping.path));
+    let mut refusal = None;
+    for candidate in [in_root.as_path(), mapping.path.as_path()] {
+        match open_regular(candidate).and_then(|file| same_file(file, mapping)) {
+            Ok(file) => return Ok(file),
+            Err(err) => refusal = Some(err),
+        }
+    }
+    Err(refusal.expect("two candidates tried"))
+}
+
+/// Opens `path` without side effects first (O_PATH: no FIFO wait, no device open), then for
+/// reading only if it is a regular file within the size cap.
+pub fn open_regular(path: &Path) -> Result<File> {
+    let handle = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
+        .open(path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    check_regular(&handle.metadata()?, path)?;
+    // Reopened through the descriptor: the same inode as checked, whatever the path is now.
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(format!("/proc/self/fd/{}", handle.as_raw_fd()))
+        .with_context(|| format!("reopening {}", path.display()))?;
+    check_regular(&file.metadata()?, path)?;
+    Ok(file)
+}
+
+fn check_regular(meta: &std::fs::Metadata, path: &Path) -> Result<()> {
+    if !meta.file_type().is_file() {
+        bail!("{} is not a regular file", path.display());
+    }
+    if meta.len() > MAX_OBJECT_BYTES {
+        bail!(
+            "{} is {} bytes, over the {MAX_OBJECT_BYTES}-byte cap",
+            path.display(),
+            meta.len()
+        );
+    }
+    Ok(())
+}
+
+/// `file` if it is the file `mapping` mapped, else an error saying the path was replaced.
+fn same_file(file: File, mapping: &Mapping) -> Result<File> {
+    let meta = file.metadata()?;
+    if (meta.dev(), meta.ino()) != (mapping.dev, mapping.inode) {
+        bail!(
+            "{} was replaced since it was mapped",
+            mapping.path.display()
+        );
+    }
+    Ok(file)
 }
 
 /// Every executable mapping seen during the trace, so that user addresses can be symbolized
@@ -211,6 +299,72 @@ mod tests {
             PathBuf::from("/usr/lib/x86_64-linux-gnu/libc.so.6")
         );
         assert_eq!(m[2].path, PathBuf::from("/tmp/my lib.so"));
+    }
+
+    #[test]
+    fn maps_lines_give_the_mapped_files_identity() {
+        let m = parse_exec_mappings(MAPS);
+        assert_eq!((m[0].dev, m[0].inode), (libc::makedev(0xfe, 0x01), 123));
+        assert_eq!(m[2].inode, 789);
+    }
+
+    #[test]
+    fn only_regular_files_within_the_cap_are_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+        // Returns at once (no writer needed): a FIFO is refused before it is opened for reading.
+        let err = open_regular(&fifo).unwrap_err();
+        assert!(err.to_string().contains("not a regular file"), "{err:#}");
+        assert!(open_regular(Path::new("/dev/null")).is_err());
+        assert!(open_regular(dir.path()).is_err(), "a directory");
+        let sparse = dir.path().join("sparse");
+        File::create(&sparse)
+            .unwrap()
+            .set_len(MAX_OBJECT_BYTES + 1)
+            .unwrap();
+        let err = open_regular(&sparse).unwrap_err();
+        assert!(err.to_string().contains("cap"), "{err:#}");
+        let small = dir.path().join("small");
+        std::fs::write(&small, b"x").unwrap();
+        assert!(open_regular(&small).is_ok());
+    }
+
+    #[test]
+    fn a_path_replaced_since_it_was_mapped_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lib.so");
+        std::fs::write(&path, b"old").unwrap();
+        let meta = std::fs::metadata(&path).unwrap();
+        let mapping = Mapping {
+            start: 0x1000,
+            end: 0x2000,
+            file_offset: 0,
+            path: path.clone(),
+            dev: meta.dev(),
+            inode: meta.ino(),
+        };
+        // No such process: neither map_files nor the process's root, only the path.
+        let gone = u32::MAX - 1;
+        assert!(open_mapped_object(gone, &mapping).is_ok());
+        let staged = dir.path().join("lib.so.new");
+        std::fs::write(&staged, b"new").unwrap();
+        std::fs::rename(&staged, &path).unwrap();
+        let err = open_mapped_object(gone, &mapping).unwrap_err();
+        assert!(err.to_string().contains("replaced"), "{err:#}");
+    }
+
+    #[test]
+    fn a_live_processs_mapping_is_opened_through_map_files() {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let mut mapping = parse_exec_mappings(&maps).remove(0);
+        // Whatever the path says now, the mapping itself is read.
+        mapping.path = "/nonexistent".into();
+        let me = std::process::id();
+        let file = open_mapped_object(me, &mapping).expect("map_files (needs root)");
+        assert_eq!(file.metadata().unwrap().ino(), mapping.inode);
     }
 
     #[test]

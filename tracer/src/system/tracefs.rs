@@ -12,6 +12,25 @@ const CANDIDATES: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing
 /// Test hook: point the tool at another tracefs tree (e.g. one lacking a tracepoint).
 const OVERRIDE_ENV: &str = "MMAPSEM_TRACEFS";
 
+/// Whether the tool runs with privileges its caller lacks (file capabilities, setuid): the
+/// kernel's AT_SECURE, as the dynamic loader uses it.
+pub fn secure_execution() -> bool {
+    // SAFETY: getauxval reads the auxiliary vector; AT_SECURE is always present.
+    unsafe { libc::getauxval(libc::AT_SECURE) != 0 }
+}
+
+/// The environment variable `name` (an MMAPSEM_* setting that changes what the tool reads),
+/// unless the tool runs with privileges its caller lacks: then the environment is the
+/// caller's, who must not point a privileged reader elsewhere.
+pub fn trusted_env(name: &str) -> Option<std::ffi::OsString> {
+    let value = std::env::var_os(name)?;
+    if secure_execution() {
+        log::warn!("ignoring {name}: running with file capabilities or setuid");
+        return None;
+    }
+    Some(value)
+}
+
 #[derive(Clone, Debug)]
 pub struct Tracefs {
     root: PathBuf,
@@ -89,7 +108,7 @@ impl Tracefs {
     /// Finds tracefs, mounting it at /sys/kernel/tracing when nothing is mounted (we are
     /// privileged by now; systems without systemd often leave it unmounted).
     pub fn locate() -> Result<Self> {
-        if let Some(root) = std::env::var_os(OVERRIDE_ENV) {
+        if let Some(root) = trusted_env(OVERRIDE_ENV) {
             return Ok(Self { root: root.into() });
         }
         if let Some(found) = Self::find_mounted() {
