@@ -420,7 +420,16 @@ pub struct Config {
     /// thread id (unless per-thread): keys that grow with the target's thread count would fill
     /// it on a target of thousands of threads, losing the charges themselves.
     pub blocked_fold_at: u32,
+    /// offsetof(struct task_struct, start_time) (CLOCK_MONOTONIC ns): at sched_process_exit,
+    /// how long an exiting target thread lived inside the trace.
+    pub task_start_time_offset: u32,
+    pub _pad2: u32,
 }
+
+/// THREAD_EXITS slots: summed lifetimes inside the trace (ns) of the target threads that exited
+/// while it ran, and their number.
+pub const EXITED_LIFETIME_NS: u32 = 0;
+pub const EXITED_THREADS: u32 = 1;
 
 /// The floor of `Config::late_stack_threshold_ns` (unless stacks are asked for everything):
 /// an operation this long costs its waiters far more than the walk does.
@@ -487,6 +496,8 @@ impl Config {
         task_signal_offset: 0,
         signal_live_offset: 0,
         blocked_fold_at: 0,
+        task_start_time_offset: 0,
+        _pad2: 0,
     };
 }
 
@@ -797,11 +808,11 @@ mod tests {
     #[test]
     fn config_has_no_implicit_padding() {
         // 3 x TracepointFields (16) + 8 x u32 + 6 x i32 + u64 + 4 x u32 + 2 x u64 + 14 x u32
-        // + u64 + 4 x u32: every field is explicit, so the kernel and user space read the same
+        // + u64 + 6 x u32: every field is explicit, so the kernel and user space read the same
         // bytes.
         assert_eq!(
             core::mem::size_of::<Config>(),
-            48 + 32 + 24 + 8 + 16 + 16 + 56 + 8 + 16
+            48 + 32 + 24 + 8 + 16 + 16 + 56 + 8 + 24
         );
         assert_eq!(core::mem::align_of::<Config>(), 8);
         assert_eq!(core::mem::offset_of!(Config, stack_threshold_ns), 104);

@@ -116,6 +116,14 @@ pub static FAULT_COUNTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(FAULT_
 #[map]
 pub static ARMED: Array<u32> = Array::with_max_entries(1, 0);
 
+/// When the trace was armed (bpf_ktime_get_ns clock), set by user space just before ARMED.
+#[map]
+pub static TRACE_START: Array<u64> = Array::with_max_entries(1, 0);
+
+/// See tracer_common::EXITED_LIFETIME_NS.
+#[map]
+pub static THREAD_EXITS: PerCpuArray<u64> = PerCpuArray::with_max_entries(2, 0);
+
 #[inline(always)]
 pub fn armed() -> bool {
     ARMED.get(0).is_some_and(|on| *on != 0)

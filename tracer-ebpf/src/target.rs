@@ -1,7 +1,8 @@
 //! Which lock events concern a target: the target's mm, whoever locks it.
 
 use aya_ebpf::helpers::{
-    bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_probe_read_kernel,
+    bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns,
+    bpf_probe_read_kernel,
 };
 
 use aya_ebpf::{
@@ -9,9 +10,14 @@ use aya_ebpf::{
     maps::Array,
     programs::BtfTracePointContext,
 };
-use tracer_common::{Config, Counter, FastTargets, FAST_TARGETS};
+use tracer_common::{
+    Config, Counter, FastTargets, EXITED_LIFETIME_NS, EXITED_THREADS, FAST_TARGETS,
+};
 
-use crate::maps::{config, count, DISCOVER, LOCKER_COMMS, TARGET_MMS, TARGET_TGIDS};
+use crate::maps::{
+    add_to, armed, config, count, DISCOVER, LOCKER_COMMS, TARGET_MMS, TARGET_TGIDS, THREAD_EXITS,
+    TRACE_START,
+};
 
 const EEXIST: i32 = 17;
 
@@ -302,19 +308,26 @@ pub fn fatal_signal_pending() -> bool {
 /// would otherwise be counted as outside lockers of the dead target (exec locks the new mm from
 /// a task whose `mm` is still the old one). exit_mm has cleared the task's `mm` by now; its
 /// `active_mm` still names the mm it left.
+///
+/// Every exiting target thread also adds the time it lived inside the trace to THREAD_EXITS:
+/// the thread time that wait shares are measured against comes from real lifetimes.
 #[btf_tracepoint(function = "sched_process_exit")]
 pub fn sched_process_exit(_ctx: BtfTracePointContext) -> i32 {
     let cfg = config();
     let task = unsafe { bpf_get_current_task() } as *const u8;
-    if !process_is_gone(task, cfg) {
-        return 0;
-    }
     let mm_field = task.wrapping_add(cfg.task_active_mm_offset as usize) as *const u64;
     let Ok(mm) = (unsafe { bpf_probe_read_kernel(mm_field) }) else {
         return 0;
     };
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    if unsafe { TARGET_MMS.get(&mm) }.is_some_and(|owner| *owner == tgid) {
+    let owns_target_mm = unsafe { TARGET_MMS.get(&mm) }.is_some_and(|owner| *owner == tgid);
+    if armed() && tgid != cfg.tracer_tgid && (owns_target_mm || is_listed_target(tgid)) {
+        add_lifetime(task, cfg);
+    }
+    if !process_is_gone(task, cfg) {
+        return 0;
+    }
+    if owns_target_mm {
         let _ = TARGET_MMS.remove(&mm);
     }
     if let Some(targets) = TARGET_SLOTS.get_ptr_mut(0) {
@@ -325,6 +338,23 @@ pub fn sched_process_exit(_ctx: BtfTracePointContext) -> i32 {
         }
     }
     0
+}
+
+/// Adds the exiting thread's life since the trace started (or since it was created, if later).
+#[inline(always)]
+fn add_lifetime(task: *const u8, cfg: &Config) {
+    let start_field = task.wrapping_add(cfg.task_start_time_offset as usize) as *const u64;
+    let Ok(started) = (unsafe { bpf_probe_read_kernel(start_field) }) else {
+        return;
+    };
+    let trace_start = TRACE_START.get(0).copied().unwrap_or(0);
+    let now = unsafe { bpf_ktime_get_ns() };
+    add_to(
+        &THREAD_EXITS,
+        EXITED_LIFETIME_NS,
+        now.saturating_sub(started.max(trace_start)),
+    );
+    add_to(&THREAD_EXITS, EXITED_THREADS, 1);
 }
 
 /// True when the exiting task was its process's last live thread (do_exit decrements

@@ -9,6 +9,7 @@ use anyhow::{Context as _, Result};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tracer_common::FAULTS_USER;
 
+use crate::model::thread_time::thread_time_ns;
 use crate::model::unwound::{splice, PendingCopies, StackRecord, Unwound};
 use crate::model::{build_report, delta, Harvest, LiveSnapshot, Report, TraceMeta};
 use crate::probes::Probes;
@@ -33,8 +34,10 @@ pub struct Watch {
     pub ended_by: &'static str,
     pub max_threads: usize,
     pub threads_now: usize,
-    /// Sum over time of the number of live target threads.
+    /// Sum over the target threads of the time each lived inside the trace.
     pub thread_time_ns: u64,
+    /// Start time (monotonic ns) of each target thread alive at the last count.
+    thread_starts: HashMap<u32, u64>,
     pub mappings: HashMap<u32, MappingHistory>,
     pub thread_names: HashMap<u32, String>,
     /// The processes watched at the last look: the targets, or system-wide every process
@@ -217,7 +220,6 @@ pub async fn watch_until_done(
         started: Some(start),
         ..Watch::default()
     };
-    let mut last_sample = Instant::now();
     let mut last_mappings: Option<Instant> = None;
     loop {
         let now = Instant::now();
@@ -228,9 +230,8 @@ pub async fn watch_until_done(
         }
         // System-wide, counting threads means a directory read per process: once a refresh.
         if refresh || !targets.is_system_wide() {
-            watch.count_threads(now.duration_since(last_sample));
+            watch.count_threads(probes);
             watch.sample_faults();
-            last_sample = now;
         }
         watch.elapsed = start.elapsed();
         probes.drain_timeline();
@@ -263,10 +264,6 @@ pub async fn watch_until_done(
             _ = tick.tick() => {}
             signal = stops.next() => { watch.ended_by = signal; break }
         }
-    }
-    if targets.is_system_wide() {
-        // The time since the last count is thread time too.
-        watch.count_threads(last_sample.elapsed());
     }
     watch.elapsed = start.elapsed();
     (watch, failure)
@@ -301,12 +298,46 @@ impl Watch {
         self.pids = pids;
     }
 
-    /// Adds the threads alive now over `since` to the thread time.
-    fn count_threads(&mut self, since: Duration) {
-        let threads: usize = self.pids.iter().map(|&p| procfs::thread_count(p)).sum();
-        self.threads_now = threads;
-        self.max_threads = self.max_threads.max(threads);
-        self.thread_time_ns += threads as u64 * since.as_nanos() as u64;
+    /// Lists the targets' threads (reading the start time of the new ones) and recomputes the
+    /// thread time from lifetimes: the exited threads' as the kernel summed them, the living
+    /// ones' since they or the trace started. Called once more after the programs are
+    /// disarmed, so that the end of the trace counts too.
+    pub fn count_threads(&mut self, probes: &Probes) {
+        let now = procfs::monotonic_ns();
+        let mut living = HashMap::new();
+        for &pid in &self.pids {
+            // An exited process stays listed, as a zombie leader, until its parent reaps it
+            // (the tracer itself, for a launched command): its exit is in the kernel's sum.
+            let leader_gone = !procfs::is_alive(pid);
+            for tid in procfs::thread_ids(pid) {
+                if tid == pid && leader_gone {
+                    continue;
+                }
+                let started = match self.thread_starts.get(&tid) {
+                    Some(&started) => Some(started),
+                    None => procfs::thread_start_ns(pid, tid),
+                };
+                if let Some(started) = started {
+                    living.insert(tid, started);
+                }
+            }
+        }
+        self.threads_now = living.len();
+        self.max_threads = self.max_threads.max(living.len());
+        self.thread_starts = living;
+        let exited_ns = probes.exited_threads().map_or_else(
+            |err| {
+                log::debug!("reading the exited threads' lifetimes: {err:#}");
+                0
+            },
+            |(ns, _)| ns,
+        );
+        self.thread_time_ns = thread_time_ns(
+            exited_ns,
+            self.thread_starts.values().copied(),
+            probes.trace_start_ns(),
+            now,
+        );
     }
 }
 

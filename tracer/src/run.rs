@@ -107,7 +107,8 @@ pub fn run(mut cli: Cli) -> Result<i32> {
             log::debug!("mm of pid {pid} not discovered yet; its first lock will register it");
         }
     }
-    let origin_ns = monotonic_ns();
+    let origin_ns = procfs::monotonic_ns();
+    probes.set_trace_start(origin_ns)?;
     probes.set_armed(true)?;
     probes.start_self_cost();
 
@@ -287,6 +288,7 @@ fn finish(
     let phase = Instant::now();
     // Disarmed first, so that no copy arrives after the last drain.
     probes.set_armed(false)?;
+    watch.count_threads(&probes);
     let records = probes.drain_user_stacks();
     watch.unwind(records, |id| probes.stack(id));
     log_copy_use(&watch.pending_copies.stats, watch.unwound.events());
@@ -397,18 +399,6 @@ fn refresh_stack_owners(harvest: &Harvest, watch: &mut Watch) {
     for pid in owners {
         watch.mappings.entry(pid).or_default().refresh(pid);
     }
-}
-
-/// CLOCK_MONOTONIC now: the clock of bpf_ktime_get_ns, so timeline times can be made relative
-/// to the start of the trace.
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes a valid timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 fn init_logging(verbose: u8) {

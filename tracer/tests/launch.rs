@@ -76,3 +76,70 @@ fn a_launched_workload_is_traced_whole() {
     // Two threads, 100 iterations, each mapping and unmapping once.
     assert!(write_acquisitions(&report) >= 400, "{}", report["totals"]);
 }
+
+/// The waits of every thread over the time all threads lived: never above 100%, however short
+/// the process (it reported 324845% of thread time for this one) or its threads.
+fn assert_share_is_of_real_thread_time(report: &Value) {
+    let thread_ns = report["thread_time_ns"].as_u64().unwrap();
+    let waited = ["read", "write"]
+        .iter()
+        .map(|m| report["totals"][m]["wait_ns"].as_u64().unwrap())
+        .sum::<u64>();
+    let share = report["wait_share"].as_f64().unwrap();
+    assert!(
+        waited <= thread_ns && share <= 1.0,
+        "waited {waited} ns in {thread_ns} ns of thread time: share {share}"
+    );
+}
+
+#[test]
+fn a_process_killed_at_once_has_a_wait_share_of_its_real_life() {
+    if !bpf_available("a_process_killed_at_once_has_a_wait_share_of_its_real_life") {
+        return;
+    }
+    let _serial = common::serial();
+    let (out, report) = trace_command(&["sh", "-c", "kill -9 $$"]);
+    assert_eq!(out.status.code(), Some(137), "{out:?}");
+    assert!(write_acquisitions(&report) > 0, "exec maps: {report}");
+    assert_share_is_of_real_thread_time(&report);
+}
+
+/// 200 threads that each map a few pages and end, 20 at a time: the thread time is the sum of
+/// their lives (as Python measured them) and the main thread's, not a count taken now and then.
+#[test]
+fn threads_that_come_and_go_count_for_the_time_they_lived() {
+    if !bpf_available("threads_that_come_and_go_count_for_the_time_they_lived") {
+        return;
+    }
+    let _serial = common::serial();
+    let script = r#"
+import mmap, threading, time
+lived = []
+def work():
+    t = time.monotonic()
+    for _ in range(50):
+        mmap.mmap(-1, 1 << 16).close()
+    time.sleep(0.01)
+    lived.append(time.monotonic() - t)
+for _ in range(10):
+    batch = [threading.Thread(target=work) for _ in range(20)]
+    for b in batch: b.start()
+    for b in batch: b.join()
+print(f"lived_ns={int(sum(lived) * 1e9)}")
+print(f"threads={len(lived)}")
+"#;
+    let (out, report) = trace_command(&["python3", "-c", script]);
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lived: u64 = common::value_of(&stdout, "lived_ns");
+    assert_eq!(common::value_of(&stdout, "threads"), 200);
+    assert_share_is_of_real_thread_time(&report);
+    let thread_ns = report["thread_time_ns"].as_u64().unwrap();
+    let duration = report["duration_ns"].as_u64().unwrap();
+    // At least the workers' lives; at most those, the main thread's and thread creation and
+    // teardown, which Python's clock does not see (the traced time bounds them all).
+    assert!(
+        lived <= thread_ns && thread_ns <= lived + 2 * duration,
+        "thread time {thread_ns} ns; workers lived {lived} ns; traced {duration} ns"
+    );
+}

@@ -7,6 +7,7 @@ pub mod histogram;
 pub mod processes;
 pub mod report;
 pub mod self_cost;
+pub mod thread_time;
 pub mod timeline;
 pub mod unwound;
 

@@ -23,8 +23,8 @@ use aya::{
 };
 use tracer_common::{
     lean_agg_index, totals_index, AggKey, AggValue, Config, Counter, FastTargets, LockState,
-    ModeTotals, StateKey, SyscallTotals, COUNTER_SLOTS, FAST_TARGETS, KIND_HOLD, KIND_WAIT,
-    MODE_READ, MODE_WRITE, NO_STACK, TOTALS_SLOTS,
+    ModeTotals, StateKey, SyscallTotals, COUNTER_SLOTS, EXITED_LIFETIME_NS, EXITED_THREADS,
+    FAST_TARGETS, KIND_HOLD, KIND_WAIT, MODE_READ, MODE_WRITE, NO_STACK, TOTALS_SLOTS,
 };
 
 use self::timeline::TimelineReader;
@@ -109,6 +109,8 @@ pub struct Probes {
     lean_array: bool,
     /// Keeps the kernel counting the programs' runs.
     run_stats: self_cost::RunTimeStats,
+    /// When the trace started (monotonic ns; 0 until set_trace_start).
+    trace_start_ns: u64,
 }
 
 /// The program `name` of the object, as the kind `P` it must be.
@@ -166,6 +168,7 @@ impl Probes {
             task_pid_offset: offsets.task_pid,
             task_flags_offset: offsets.task_flags,
             task_active_mm_offset: offsets.task_active_mm,
+            task_start_time_offset: offsets.task_start_time,
             task_signal_offset: offsets.task_signal,
             signal_live_offset: offsets.signal_live,
             mm_mmap_lock_offset: offsets.mm_mmap_lock,
@@ -252,7 +255,30 @@ impl Probes {
             slots: settings.target_slots.then(Vec::new),
             lean_array: settings.target_slots && !settings.attribution && !settings.per_thread,
             run_stats: self_cost::RunTimeStats::enable(),
+            trace_start_ns: 0,
         })
+    }
+
+    /// Where the trace starts, for the lifetimes of threads that exit during it: call it just
+    /// before arming, with the same clock as bpf_ktime_get_ns.
+    pub fn set_trace_start(&mut self, monotonic_ns: u64) -> Result<()> {
+        let mut start: Array<_, u64> = map(&mut self.ebpf, "TRACE_START")?;
+        start
+            .set(0, monotonic_ns, 0)
+            .context("setting TRACE_START")?;
+        self.trace_start_ns = monotonic_ns;
+        Ok(())
+    }
+
+    pub fn trace_start_ns(&self) -> u64 {
+        self.trace_start_ns
+    }
+
+    /// (summed lifetimes inside the trace in ns, number) of the target threads that exited.
+    pub fn exited_threads(&self) -> Result<(u64, u64)> {
+        let exits: PerCpuArray<_, u64> = map_ref(&self.ebpf, "THREAD_EXITS")?;
+        let sum = |slot: u32| -> Result<u64> { Ok(exits.get(&slot, 0)?.iter().sum()) };
+        Ok((sum(EXITED_LIFETIME_NS)?, sum(EXITED_THREADS)?))
     }
 
     /// Starts (true) or stops (false) event processing in every program at once.

@@ -82,6 +82,50 @@ pub fn thread_count(pid: u32) -> usize {
         .unwrap_or(0)
 }
 
+/// The thread ids of `pid` now.
+pub fn thread_ids(pid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    dir.filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
+/// When thread `tid` of `pid` started, on the CLOCK_MONOTONIC (bpf_ktime_get_ns) scale, rounded
+/// down to the clock tick /proc counts in (field 22 of stat: ticks since boot, which includes
+/// suspend; the monotonic clock does not).
+pub fn thread_start_ns(pid: u32, tid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+    let ticks = stat_start_ticks(&stat)?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    let since_boot = ticks.saturating_mul(1_000_000_000 / hz);
+    let suspended = clock_ns(libc::CLOCK_BOOTTIME).saturating_sub(monotonic_ns());
+    Some(since_boot.saturating_sub(suspended))
+}
+
+/// Field 22 (starttime) of /proc/PID/stat.
+fn stat_start_ticks(stat: &str) -> Option<u64> {
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    // Field 3 (state) is fields[0]: starttime (22) is fields[19].
+    fields.get(19)?.parse().ok()
+}
+
+/// CLOCK_MONOTONIC in ns: the clock of bpf_ktime_get_ns and task start times.
+pub fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes a valid timespec.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// Threads of every process now (`threads` of /proc/loadavg's running/total field).
 pub fn machine_threads() -> usize {
     std::fs::read_to_string("/proc/loadavg")
@@ -272,6 +316,16 @@ impl MappingHistory {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_thread_starts_at_field_22_of_its_stat() {
+        let stat = "42 (a (odd) name) S 1 42 42 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 3 0 \
+                    123456 1000 200 18446744073709551615";
+        assert_eq!(stat_start_ticks(stat), Some(123_456));
+        let me = std::process::id();
+        let started = thread_start_ns(me, me).expect("this test's own thread");
+        assert!(started <= monotonic_ns());
+    }
 
     #[test]
     fn loadavg_gives_the_machines_thread_count() {
