@@ -52,9 +52,11 @@ pub fn classify(mm: u64) -> Option<Locker> {
     let tid = pid_tgid as u32;
     let cfg = config();
     if tgid == cfg.tracer_tgid {
-        // The tracer's own locks (reading /proc of the targets) are never traced.
+        // The tracer's own locks of a target's mm (reading /proc/PID/maps, map_files, cmdline)
+        // are an outside locker like any other, so that its effect on the target is in the
+        // report; its other locks are not traced.
         discover(mm, cfg.task_mm_offset);
-        return None;
+        return tracer_as_outside_locker(mm, tgid, tid, cfg);
     }
     if cfg.target_slots != 0 {
         return classify_by_slot(mm, tgid, tid, cfg);
@@ -101,6 +103,27 @@ pub fn classify(mm: u64) -> Option<Locker> {
         return Some(own_lock(tgid, tid));
     }
     None
+}
+
+#[inline(always)]
+fn tracer_as_outside_locker(mm: u64, tgid: u32, tid: u32, cfg: &Config) -> Option<Locker> {
+    let (pid, slot) = if cfg.target_slots != 0 {
+        let targets = TARGET_SLOTS.get(0)?;
+        let slot = slot_of_mm(targets, mm);
+        if slot == NO_SLOT {
+            return None;
+        }
+        (targets.pids[slot], slot)
+    } else {
+        (*unsafe { TARGET_MMS.get(&mm) }?, NO_SLOT)
+    };
+    remember_comm(tgid);
+    Some(Locker {
+        pid,
+        tid,
+        outside_pid: tgid,
+        slot,
+    })
 }
 
 /// `classify` for listed targets in TARGET_SLOTS: the same decisions, without a hash lookup.

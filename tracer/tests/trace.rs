@@ -352,3 +352,43 @@ fn attaching_to_a_busy_target_leaves_only_a_few_unpaired_events() {
     );
     assert!(report["totals"]["write"]["acquisitions"].as_u64().unwrap() > 0);
 }
+
+/// The tracer reads the target's /proc files while it traces (executable mappings, thread
+/// names), and some of those reads take the target's mmap_lock: they are in the report as an
+/// outside locker named after the tracer, so that its own effect on the target shows.
+#[test]
+fn the_tracers_own_reads_of_the_target_are_an_outside_locker() {
+    if !bpf_available("the_tracers_own_reads_of_the_target_are_an_outside_locker") {
+        return;
+    }
+    let _serial = serial();
+    let workload = Workload::spawn(&["churn", "--threads", "2", "--seconds", "4"]);
+    let mut tracer = Tracer::spawn(&[
+        "-p".into(),
+        workload.pid.to_string(),
+        "--format".into(),
+        "json".into(),
+    ]);
+    tracer.wait_attached();
+    let tracer_pid = tracer.pid();
+    workload.start();
+    workload.finish();
+    let result = tracer.finish();
+    assert!(result.status.success(), "{}", result.stderr);
+    let report = json(&result.stdout);
+    let own: Vec<&Value> = entries(&report)
+        .iter()
+        .filter(|e| e["outside_locker"] == true && e["locker"]["pid"] == tracer_pid)
+        .collect();
+    assert!(
+        own.iter()
+            .any(|e| e["kind"] == "hold" && e["count"].as_u64() > Some(0)),
+        "no hold by the tracer (pid {tracer_pid}) among the outside lockers: {:#?}",
+        entries(&report)
+            .iter()
+            .filter(|e| e["outside_locker"] == true)
+            .map(|e| &e["locker"])
+            .collect::<Vec<_>>()
+    );
+    assert!(own.iter().all(|e| e["locker"]["comm"] == "mmapsem-trace"));
+}
