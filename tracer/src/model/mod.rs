@@ -4,6 +4,7 @@
 pub mod cause;
 pub mod delta;
 pub mod histogram;
+pub mod invariants;
 pub mod processes;
 pub mod report;
 pub mod self_cost;

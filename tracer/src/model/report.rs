@@ -262,6 +262,17 @@ pub struct Faults {
 const MAX_TIDS: usize = 8;
 
 pub fn build_report(harvest: &Harvest, symbols: &Symbols, meta: &TraceMeta) -> Report {
+    let report = assemble(harvest, symbols, meta);
+    if cfg!(debug_assertions) {
+        // Debug builds (the integration tests' binaries) say when a figure is impossible.
+        for broken in super::invariants::check(&report) {
+            log::warn!("report invariant broken: {broken}");
+        }
+    }
+    report
+}
+
+fn assemble(harvest: &Harvest, symbols: &Symbols, meta: &TraceMeta) -> Report {
     let entries = sorted_entries(harvest, symbols, meta);
     let processes = process_rows(&entries, |pid| process_name(harvest, meta, pid));
     let totals = totals_of(harvest, &[0, 1, 2, 3]);
@@ -390,25 +401,32 @@ struct Index<'a> {
     symbols: &'a Symbols,
     meta: &'a TraceMeta,
     blocked_by_waiter: HashMap<AggKey, Vec<&'a (BlockKey, BlockValue)>>,
-    blocked_by_holder: HashMap<HolderSig, BlockedOthers>,
+    /// By holder stacks and thread (0: every thread, for entries not kept per thread).
+    blocked_by_holder: HashMap<(HolderSig, u32), BlockedOthers>,
     sleeps_by_hold: HashMap<AggKey, Vec<(i32, u64)>>,
 }
 
 impl<'a> Index<'a> {
     fn new(harvest: &'a Harvest, symbols: &'a Symbols, meta: &'a TraceMeta) -> Self {
         let mut blocked_by_waiter: HashMap<AggKey, Vec<_>> = HashMap::new();
-        let mut blocked_by_holder: HashMap<HolderSig, BlockedOthers> = HashMap::new();
+        let mut blocked_by_holder: HashMap<(HolderSig, u32), BlockedOthers> = HashMap::new();
         for record in &harvest.blocked {
             let (key, value) = record;
             blocked_by_waiter
                 .entry(key.waiter)
                 .or_default()
                 .push(record);
-            let caused = blocked_by_holder
-                .entry(HolderSig::of_holder(&key.holder))
-                .or_default();
-            caused.count += value.count;
-            caused.wait_ns += value.wait_ns;
+            let sig = HolderSig::of_holder(&key.holder);
+            let threads = if key.holder.tid == 0 {
+                &[0][..]
+            } else {
+                &[0, key.holder.tid][..]
+            };
+            for &tid in threads {
+                let caused = blocked_by_holder.entry((sig, tid)).or_default();
+                caused.count += value.count;
+                caused.wait_ns += value.wait_ns;
+            }
         }
         let mut sleeps_by_hold: HashMap<AggKey, Vec<(i32, u64)>> = HashMap::new();
         for (key, ns) in &harvest.sleeps {
@@ -492,8 +510,9 @@ impl<'a> Index<'a> {
                 .then(|| self.meta.thread_names.get(&k.tid).cloned())
                 .flatten(),
             blocked_others: (!is_wait).then(|| {
+                // A thread's hold entry caused only the waits charged to that thread.
                 self.blocked_by_holder
-                    .get(&HolderSig::of_hold(k))
+                    .get(&(HolderSig::of_hold(k), k.tid))
                     .cloned()
                     .unwrap_or_default()
             }),
@@ -723,10 +742,20 @@ pub(crate) mod tests {
             ],
             ..Harvest::default()
         };
+        // The totals the kernel would have counted for these entries.
+        let totals = |waits, wait_ns, max_wait_ns, holds, hold_ns, max_hold_ns| ModeTotals {
+            waits,
+            wait_ns,
+            max_wait_ns,
+            holds,
+            hold_ns,
+            max_hold_ns,
+            ..ModeTotals::default()
+        };
+        harvest.totals[0] = totals(1, 1_000_000, 1_000_000, 2, 2_000, 1_100);
+        harvest.totals[1] = totals(2, 8_000_000, 5_000_000, 1, 40_000_000, 40_000_000);
+        harvest.totals[2] = totals(0, 0, 0, 1, 20_000, 20_000);
         harvest.totals[1].acquisitions = 3;
-        harvest.totals[1].wait_ns = 8_000_000;
-        harvest.totals[1].max_hold_ns = 40_000_000;
-        harvest.totals[0].wait_ns = 1_000_000;
         harvest.totals[2].acquisitions = 1;
         harvest.counters = Counter::ALL.iter().map(|&c| (c, 0)).collect();
         harvest.counters[Counter::UnpairedRelease as usize].1 = 2;
@@ -926,6 +955,28 @@ pub(crate) mod tests {
             })
         );
         assert!(hold.contended_ns.is_none() && hold.blocked_by.is_empty());
+    }
+
+    #[test]
+    fn per_thread_holds_caused_only_their_own_threads_waits() {
+        let (mut harvest, symbols, meta) = attributed();
+        // The munmap hold, kept per thread: tid 7 (charged with the fault's waits) and tid 9
+        // (the same stacks, charged with nothing).
+        let mut mine = harvest.entries[1].clone();
+        mine.key.tid = 7;
+        let mut other = mine.clone();
+        other.key.tid = 9;
+        harvest.entries.splice(1..2, [mine, other]);
+        let r = build_report(&harvest, &symbols, &meta);
+        let caused = |tid| {
+            r.entries
+                .iter()
+                .find(|e| e.kind == Kind::Hold && e.tid == Some(tid))
+                .and_then(|e| e.blocked_others.clone())
+                .unwrap()
+        };
+        assert_eq!(caused(7).count, 2);
+        assert_eq!(caused(9), BlockedOthers::default());
     }
 
     #[test]
