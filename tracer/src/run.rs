@@ -58,8 +58,12 @@ pub fn run(mut cli: Cli) -> Result<i32> {
     }
     let offsets = KernelOffsets::from_running_kernel()?;
     // The live view can switch to per-thread rows at any time: collect per thread and merge
-    // threads in user space when they are not wanted.
-    let per_thread = cli.per_thread || matches!(view, View::Live { .. });
+    // threads in user space when they are not wanted. So do copied user stacks: threads that
+    // share a frame-pointer stack (one frame, in code without frame pointers) unwind apart, and
+    // the operations left uncopied must go to their own thread's unwound stacks, not to another
+    // thread's (model/unwound.rs).
+    let stack_copies = stack_copies(&cli, &offsets);
+    let per_thread = cli.per_thread || matches!(view, View::Live { .. }) || stack_copies.is_some();
     let settings = ProbeSettings {
         stack_threshold_ns: cli.stack_threshold(),
         attribution: !cli.lean,
@@ -74,7 +78,7 @@ pub fn run(mut cli: Cli) -> Result<i32> {
         } else {
             0
         },
-        stack_copies: stack_copies(&cli, &offsets),
+        stack_copies,
         system_wide: targets.is_system_wide(),
         classic_tracepoints: cli.classic_tracepoints,
         target_slots: !targets.is_system_wide() && cli.pid.len() <= tracer_common::FAST_TARGETS,
