@@ -218,11 +218,13 @@ fn ms(ns: u64) -> f64 {
 }
 
 fn block(out: &mut String, e: &Entry, threshold_ns: u64, name_process: bool) {
+    // `≤`: the maximum is an upper bound (see `max_bound`).
     let _ = writeln!(
         out,
-        "\n=====> Total: {:.3} ms, average: {:.3} ms, max: {:.3} ms, p99: {:.3} ms, times: {}  [{}]",
+        "\n=====> Total: {:.3} ms, average: {:.3} ms, max: {}{:.3} ms, p99: {:.3} ms, times: {}  [{}]",
         ms(e.total_ns),
         ms(e.avg_ns),
+        max_bound(e),
         ms(e.max_ns),
         ms(e.p99_ns),
         e.count,
@@ -262,6 +264,17 @@ fn block(out: &mut String, e: &Entry, threshold_ns: u64, name_process: bool) {
             human_ns(caused.wait_ns),
             caused.count
         );
+    }
+}
+
+/// `≤` before a maximum that is only an upper bound: part of an entry whose uncopied events
+/// were spread over its unwound stacks (the part may not hold the longest one), or a
+/// frame-pointer entry whose longest event moved to an unwound one.
+fn max_bound(e: &Entry) -> &'static str {
+    if e.max_is_upper_bound {
+        "≤"
+    } else {
+        ""
     }
 }
 
@@ -537,6 +550,22 @@ mod tests {
         ] {
             assert!(text.contains(line), "missing {line:?} in:\n{text}");
         }
+    }
+
+    #[test]
+    fn a_maximum_known_only_as_a_bound_is_marked() {
+        let (harvest, symbols, meta) = sample();
+        let mut report = build_report(&harvest, &symbols, &meta);
+        report.entries[0].max_is_upper_bound = true;
+        let text = render(&report, 10);
+        assert!(
+            text.contains("=====> Total: 40.000 ms, average: 40.000 ms, max: ≤40.000 ms, p99:"),
+            "{text}"
+        );
+        assert!(
+            text.contains("=====> Total: 8.000 ms, average: 4.000 ms, max: 5.000 ms,"),
+            "an exact maximum has no mark: {text}"
+        );
     }
 
     #[test]
