@@ -28,7 +28,24 @@ pub fn check_json(report: &Value) -> Vec<String> {
     check_processes(report, entries, &mut broken);
     check_causes(report, entries, &mut broken);
     check_shares_and_sides(report, &mut broken);
+    check_fault_holds(report, entries, &mut broken);
     broken
+}
+
+/// The page-fault holds split into user-mode and kernel-mode ones: the two add up to the
+/// targets' own "page fault" hold entries.
+fn check_fault_holds(report: &Value, entries: &[Value], broken: &mut Vec<String>) {
+    let faults = &report["faults"];
+    let split = n(faults, "user_mode_holds") + n(faults, "kernel_mode_holds");
+    let holds: u64 = entries
+        .iter()
+        .filter(|e| e["kind"] == "hold" && e["cause"] == "page_fault")
+        .filter(|e| e["outside_locker"] == false)
+        .map(|e| n(e, "count"))
+        .sum();
+    expect(broken, split == holds, || {
+        format!("page-fault holds: {split} user- and kernel-mode, the entries {holds}")
+    });
 }
 
 fn array<'a>(v: &'a Value, field: &str) -> &'a [Value] {
@@ -290,7 +307,7 @@ mod tests {
             edit(&mut v);
             check_json(&v)
         };
-        let cases: [(&str, &Edit); 10] = [
+        let cases: [(&str, &Edit); 11] = [
             ("max above total", &|v| {
                 v["entries"][1]["max_ns"] = 10_000_000.into()
             }),
@@ -313,6 +330,9 @@ mod tests {
             ("process 42", &|v| v["processes"][0]["waits"] = 4.into()),
             ("causes[", &|v| v["causes"][0]["count"] = 7.into()),
             ("wait share", &|v| v["wait_share"] = 1.5.into()),
+            ("page-fault holds", &|v| {
+                v["faults"]["kernel_mode_holds"] = 7.into()
+            }),
         ];
         for (what, edit) in cases {
             let found = broken(edit);

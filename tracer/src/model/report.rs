@@ -248,14 +248,24 @@ pub struct OffCpuSplit {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Faults {
-    /// User page faults of the targets (minor and major, from /proc/PID/stat).
+    /// Page faults of the targets on their memory, minor and major, taken in user mode or in
+    /// the kernel (copy_to_user in a syscall), from /proc/PID/stat.
     pub total: u64,
-    /// Lock operations begun by user page faults (that fell back from the per-VMA lock); a
-    /// fault retried after dropping the lock for I/O counts once per attempt.
+    /// Lock operations begun by user-mode page faults (that fell back from the per-VMA lock),
+    /// told by the kernel entering through an exception; a fault retried after dropping the
+    /// lock for I/O counts once per attempt. Kernel-mode faults are not counted here.
     pub took_mmap_lock: u64,
     pub filemap: u64,
     /// filemap faults while the faulting thread held the target's mmap_lock.
     pub filemap_under_mmap_lock: u64,
+    /// Holds of mmap_lock by the targets' page faults (the entries' `page_fault` cause) that
+    /// came from user mode.
+    pub user_mode_holds: u64,
+    /// Holds of mmap_lock by the targets' page faults taken in the kernel, inside a syscall
+    /// that is not an mm syscall (copy_to_user in read(), futex, ...): told by the kernel
+    /// stack, not counted in `took_mmap_lock`. x86 sends them straight to mmap_lock, without
+    /// trying the per-VMA lock.
+    pub kernel_mode_holds: u64,
 }
 
 /// Distinct holder threads listed per blocker.
@@ -273,7 +283,9 @@ pub fn build_report(harvest: &Harvest, symbols: &Symbols, meta: &TraceMeta) -> R
 }
 
 fn assemble(harvest: &Harvest, symbols: &Symbols, meta: &TraceMeta) -> Report {
-    let entries = sorted_entries(harvest, symbols, meta);
+    let index = Index::new(harvest, symbols, meta);
+    let entries = sorted_entries(harvest, &index);
+    let (user_mode_holds, kernel_mode_holds) = index.fault_holds();
     let processes = process_rows(&entries, |pid| process_name(harvest, meta, pid));
     let totals = totals_of(harvest, &[0, 1, 2, 3]);
     let own_wait_ns: u64 = harvest.totals[..2].iter().map(|t| t.wait_ns).sum();
@@ -306,6 +318,8 @@ fn assemble(harvest: &Harvest, symbols: &Symbols, meta: &TraceMeta) -> Report {
             took_mmap_lock: harvest.faults[FAULTS_TOOK_MMAP_LOCK as usize],
             filemap: harvest.faults[FAULTS_FILEMAP as usize],
             filemap_under_mmap_lock: harvest.faults[FAULTS_FILEMAP_UNDER_LOCK as usize],
+            user_mode_holds,
+            kernel_mode_holds,
         },
         syscalls: MM_SYSCALLS
             .iter()
@@ -348,8 +362,7 @@ fn totals_of(harvest: &Harvest, slots: &[usize]) -> Totals {
     Totals { read, write }
 }
 
-fn sorted_entries(harvest: &Harvest, symbols: &Symbols, meta: &TraceMeta) -> Vec<Entry> {
-    let index = Index::new(harvest, symbols, meta);
+fn sorted_entries(harvest: &Harvest, index: &Index) -> Vec<Entry> {
     let mut entries: Vec<Entry> = harvest
         .entries
         .iter()
@@ -462,6 +475,26 @@ impl<'a> Index<'a> {
             pid,
             comm: self.harvest.locker_comms.get(&pid).cloned(),
         })
+    }
+
+    /// Holds by the targets' own page faults: (from user mode, from the kernel). A lock taken
+    /// for a fault outside any mm syscall is a user-mode fault when the kernel was entered
+    /// through the exception (`fault` set), else a fault inside another syscall.
+    fn fault_holds(&self) -> (u64, u64) {
+        let mut holds = (0, 0);
+        for raw in &self.harvest.entries {
+            let k = &raw.key;
+            let cause = cause_of(k.syscall, k.fault, self.kernel(k.kernel_stack));
+            if k.kind == KIND_WAIT || k.locker_pid != 0 || cause != Cause::PageFault {
+                continue;
+            }
+            if k.fault != 0 {
+                holds.0 += raw.value.count;
+            } else {
+                holds.1 += raw.value.count;
+            }
+        }
+        holds
     }
 
     fn entry_of(&self, raw: &RawEntry) -> Entry {
@@ -879,6 +912,16 @@ pub(crate) mod tests {
             lock_hold_ns: 40_000_000,
         };
         harvest.faults = [1000, 3, 10, 1];
+        // Read holds by page faults (kernel stack 3): two from user mode (the exception entry
+        // seen), one taken in the kernel inside a syscall.
+        let mut user_mode = raw(KIND_HOLD, MODE_READ, 3, NO_STACK, 0, &[10_000, 12_000]);
+        user_mode.key.fault = 1;
+        let kernel_mode = raw(KIND_HOLD, MODE_READ, 3, NO_STACK, 0, &[30_000]);
+        harvest.entries.extend([user_mode, kernel_mode]);
+        let read = &mut harvest.totals[0];
+        read.holds += 3;
+        read.hold_ns += 52_000;
+        read.max_hold_ns = 30_000;
         harvest.features = Features {
             contention: true,
             faults: true,
@@ -989,7 +1032,9 @@ pub(crate) mod tests {
                 total: 1000,
                 took_mmap_lock: 3,
                 filemap: 10,
-                filemap_under_mmap_lock: 1
+                filemap_under_mmap_lock: 1,
+                user_mode_holds: 2,
+                kernel_mode_holds: 1,
             }
         );
         assert_eq!(r.syscalls.len(), MM_SYSCALLS.len());
