@@ -364,14 +364,14 @@ fn fitted_hist(hist: &[u64; HIST_SLOTS], count: u64, max_ns: u64) -> [u64; HIST_
     hist
 }
 
-/// The events of each histogram slot shared among parts in proportion to `weights`, so that
-/// part `i` gets exactly `rows[i]` events in all (`rows` sums to the histogram's events): each
-/// part first gets the whole events of its exact share of every slot, then a slot's remaining
-/// events go to the parts still short of their row, largest remainders first.
-fn apportion(hist: &[u64; HIST_SLOTS], rows: &[u64], weights: &[u64]) -> Vec<[u64; HIST_SLOTS]> {
+/// Each column (a histogram slot's events, a record's wait time) shared among parts in
+/// proportion to `weights`, so that part `i` gets exactly `rows[i]` in all (`rows` sums to the
+/// columns): each part first gets the whole units of its exact share of every column, then a
+/// column's remaining units go to the parts still short of their row, largest remainders first.
+fn apportion(columns: &[u64], rows: &[u64], weights: &[u64]) -> Vec<Vec<u64>> {
     let sum: u128 = weights.iter().map(|&w| w as u128).sum::<u128>().max(1);
-    let mut cells = vec![[0u64; HIST_SLOTS]; rows.len()];
-    for (slot, &n) in hist.iter().enumerate() {
+    let mut cells = vec![vec![0u64; columns.len()]; rows.len()];
+    for (slot, &n) in columns.iter().enumerate() {
         for (part, &w) in cells.iter_mut().zip(weights) {
             part[slot] = (n as u128 * w as u128 / sum) as u64;
         }
@@ -381,12 +381,12 @@ fn apportion(hist: &[u64; HIST_SLOTS], rows: &[u64], weights: &[u64]) -> Vec<[u6
         .zip(&cells)
         .map(|(row, part)| row.saturating_sub(part.iter().sum()))
         .collect();
-    for (slot, &n) in hist.iter().enumerate() {
+    for (slot, &n) in columns.iter().enumerate() {
         let mut left = n - cells.iter().map(|part| part[slot]).sum::<u64>();
         let mut order: Vec<usize> = (0..rows.len()).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(n as u128 * weights[i] as u128 % sum));
         // One each by remainder, then as many as the rows still lack: the rows' shortfall
-        // always equals the events left in this slot and the next, so nothing is left over.
+        // always equals the units left in this column and the next, so nothing is left over.
         for at_most in [1, u64::MAX] {
             for &i in &order {
                 let give = left.min(short[i]).min(at_most);
@@ -402,8 +402,8 @@ fn apportion(hist: &[u64; HIST_SLOTS], rows: &[u64], weights: &[u64]) -> Vec<[u6
 /// `rest.total_ns` shared among parts holding the events `cells`, each part's time within what
 /// its events can add up to (every event lies in its slot, and is no longer than the rest's
 /// maximum), the slack shared in proportion to each part's room.
-fn split_time(rest: &AggValue, cells: &[[u64; HIST_SLOTS]], counts: &[u64]) -> Vec<u64> {
-    let bounds = |part: &[u64; HIST_SLOTS]| {
+fn split_time(rest: &AggValue, cells: &[Vec<u64>], counts: &[u64]) -> Vec<u64> {
+    let bounds = |part: &Vec<u64>| {
         part.iter()
             .enumerate()
             .fold((0u128, 0u128), |(lo, hi), (slot, &n)| {
@@ -496,18 +496,22 @@ fn split_side_tables(harvest: &mut Harvest, split_into: &HashMap<AggKey, Parts>)
             *stacks.entry(key.user_stack).or_default() += ns;
         }
     }
+    let mut by_waiter: HashMap<AggKey, Vec<(BlockKey, BlockValue)>> = HashMap::new();
+    for &(key, value) in &harvest.blocked {
+        by_waiter.entry(key.waiter).or_default().push((key, value));
+    }
     let mut blocked: HashMap<BlockKey, BlockValue> = HashMap::new();
-    for (key, value) in &harvest.blocked {
-        let sig = HolderSig::of_holder(&key.holder);
-        let holders: Vec<(i32, u64)> = holder_parts
-            .get(&(sig, key.holder.tid))
-            .or_else(|| holder_parts.get(&(sig, 0)))
-            .map(|stacks| stacks.iter().map(|(&id, &ns)| (id, ns)).collect())
-            .unwrap_or_else(|| vec![(key.holder.user_stack, 1)]);
-        for (waiter, part) in split_value(value, &parts_of(&key.waiter)) {
+    for (waiter, records) in &by_waiter {
+        for (key, waiter_part, part) in split_records(records, &parts_of(waiter)) {
+            let sig = HolderSig::of_holder(&key.holder);
+            let holders: Vec<(i32, u64)> = holder_parts
+                .get(&(sig, key.holder.tid))
+                .or_else(|| holder_parts.get(&(sig, 0)))
+                .map(|stacks| stacks.iter().map(|(&id, &ns)| (id, ns)).collect())
+                .unwrap_or_else(|| vec![(key.holder.user_stack, 1)]);
             for (user_stack, piece) in split_value(&part, &holders) {
-                let mut into_key = *key;
-                into_key.waiter = waiter;
+                let mut into_key = key;
+                into_key.waiter = waiter_part;
                 into_key.holder.user_stack = user_stack;
                 let into = blocked.entry(into_key).or_default();
                 into.count += piece.count;
@@ -532,6 +536,35 @@ fn split_side_tables(harvest: &mut Harvest, split_into: &HashMap<AggKey, Parts>)
         }
     }
     harvest.sleeps = sleeps.into_iter().collect();
+}
+
+/// One waiter's blocked-by records split over the waiter's parts in proportion to their time,
+/// all records at once, so that no part is charged more waiting behind holders than it waited
+/// (each record rounded on its own could add a nanosecond per record): returns (record key,
+/// waiter part, its piece), empty pieces left out.
+fn split_records(
+    records: &[(BlockKey, BlockValue)],
+    parts: &[(AggKey, u64)],
+) -> Vec<(BlockKey, AggKey, BlockValue)> {
+    let weights: Vec<u64> = parts.iter().map(|p| p.1).collect();
+    let shared = |field: fn(&BlockValue) -> u64| {
+        let columns: Vec<u64> = records.iter().map(|(_, v)| field(v)).collect();
+        apportion(&columns, &split(columns.iter().sum(), &weights), &weights)
+    };
+    let (waits, counts) = (shared(|v| v.wait_ns), shared(|v| v.count));
+    let mut pieces = Vec::new();
+    for (i, (part, _)) in parts.iter().enumerate() {
+        for (j, (key, _)) in records.iter().enumerate() {
+            let piece = BlockValue {
+                count: counts[i][j],
+                wait_ns: waits[i][j],
+            };
+            if piece.count > 0 || piece.wait_ns > 0 {
+                pieces.push((*key, *part, piece));
+            }
+        }
+    }
+    pieces
 }
 
 /// A blocked-by value split by weight over `parts`; empty pieces left out.
@@ -993,7 +1026,9 @@ mod properties {
     use std::collections::HashMap;
 
     use proptest::prelude::*;
-    use tracer_common::{AggKey, AggValue, UserStackEvent, HIST_SLOTS, KIND_HOLD};
+    use tracer_common::{
+        AggKey, AggValue, BlockKey, BlockValue, HolderKey, UserStackEvent, KIND_HOLD, KIND_WAIT,
+    };
 
     use super::{Unwound, UnwoundStack};
     use crate::model::histogram::{percentile, slot_bounds};
@@ -1049,24 +1084,28 @@ mod properties {
     }
 
     /// The kernel's entry for `thread` (0: not collected per thread).
-    fn fp_key(thread: u32) -> AggKey {
+    fn fp_key(thread: u32, kind: u8) -> AggKey {
         AggKey {
             pid: 7,
             tid: thread,
             kernel_stack: 3,
             user_stack: 5,
-            kind: KIND_HOLD,
+            kind,
             ..AggKey::default()
         }
     }
 
     /// The entries the kernel would hold, and the unwound events user space would have.
     fn traced(ops: &[Op], per_thread: bool) -> (Harvest, Unwound) {
+        traced_as(ops, per_thread, KIND_HOLD)
+    }
+
+    fn traced_as(ops: &[Op], per_thread: bool, kind: u8) -> (Harvest, Unwound) {
         let thread_of = |op: &Op| if per_thread { op.thread } else { 0 };
         let mut values: HashMap<AggKey, AggValue> = HashMap::new();
         let mut unwound = Unwound::default();
         for op in ops {
-            let key = fp_key(thread_of(op));
+            let key = fp_key(thread_of(op), kind);
             let value = values.entry(key).or_default();
             value.add(op.ns);
             value.sleeping_ns += op.sleeping_ns();
@@ -1227,9 +1266,44 @@ mod properties {
         }
     }
 
-    #[test]
-    fn slot_bounds_are_what_the_checks_assume() {
-        assert_eq!(slot_bounds(0).0, 0);
-        assert_eq!(slot_bounds(HIST_SLOTS - 1).0, 1 << 62);
+    proptest! {
+        #[test]
+        fn no_split_wait_is_charged_more_waiting_behind_holders_than_it_waited(
+            ops in proptest::collection::vec(op(), 1..100),
+            // Each record's share of the wait, in per mille: together at most all of it.
+            shares in proptest::collection::vec(0u64..400, 1..6),
+        ) {
+            let (mut harvest, unwound) = traced_as(&ops, false, KIND_WAIT);
+            let waiter = harvest.entries[0].key;
+            let waited = harvest.entries[0].value.total_ns;
+            let scale = shares.iter().sum::<u64>().max(1000);
+            harvest.blocked = shares
+                .iter()
+                .enumerate()
+                .map(|(holder, share)| {
+                    let key = BlockKey {
+                        waiter,
+                        holder: HolderKey { tid: 100 + holder as u32, ..HolderKey::default() },
+                    };
+                    let wait_ns = (waited as u128 * *share as u128 / scale as u128) as u64;
+                    (key, BlockValue { count: 1 + *share % 3, wait_ns })
+                })
+                .collect();
+            let charged = |blocked: &[(BlockKey, BlockValue)]| {
+                blocked.iter().fold((0, 0), |(c, w), (_, v)| (c + v.count, w + v.wait_ns))
+            };
+            let before = charged(&harvest.blocked);
+            unwound.apply_to(&mut harvest);
+            prop_assert_eq!(charged(&harvest.blocked), before);
+            for e in &harvest.entries {
+                let behind: u64 = harvest
+                    .blocked
+                    .iter()
+                    .filter(|(k, _)| k.waiter == e.key)
+                    .map(|(_, v)| v.wait_ns)
+                    .sum();
+                prop_assert!(behind <= e.value.total_ns, "{} > {}: {:?}", behind, e.value.total_ns, e);
+            }
+        }
     }
 }
