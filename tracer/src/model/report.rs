@@ -151,6 +151,9 @@ pub struct CauseRow {
     pub avg_ns: u64,
     pub p99_ns: u64,
     pub max_ns: u64,
+    /// `max_ns` is an upper bound: no entry with an exact maximum reaches it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub max_is_upper_bound: bool,
 }
 
 /// One call stack's waits or holds.
@@ -668,6 +671,8 @@ struct CauseGroup {
     count: u64,
     total_ns: u64,
     max_ns: u64,
+    /// Whether `max_ns` is an exact maximum of one of the entries.
+    max_is_exact: bool,
     hist: [u64; HIST_SLOTS],
 }
 
@@ -681,11 +686,16 @@ pub fn cause_rows(entries: &[Entry]) -> Vec<CauseRow> {
                 count: 0,
                 total_ns: 0,
                 max_ns: 0,
+                max_is_exact: false,
                 hist: [0; HIST_SLOTS],
             });
         g.count += e.count;
         g.total_ns += e.total_ns;
-        g.max_ns = g.max_ns.max(e.max_ns);
+        let exact = !e.max_is_upper_bound;
+        if e.max_ns > g.max_ns || (e.max_ns == g.max_ns && exact) {
+            g.max_is_exact = exact || (e.max_ns == g.max_ns && g.max_is_exact);
+            g.max_ns = e.max_ns;
+        }
         merge(&mut g.hist, &hist_from_rows(&e.histogram));
     }
     let mut rows: Vec<CauseRow> = groups
@@ -699,6 +709,7 @@ pub fn cause_rows(entries: &[Entry]) -> Vec<CauseRow> {
             avg_ns: g.total_ns / g.count.max(1),
             p99_ns: percentile(&g.hist, 0.99, g.max_ns),
             max_ns: g.max_ns,
+            max_is_upper_bound: !g.max_is_exact,
         })
         .collect();
     rows.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.cause.cmp(&b.cause)));
@@ -1139,6 +1150,30 @@ pub(crate) mod tests {
             (3, 15_000_000, 7_000_000)
         );
         assert_eq!(r.causes[0].total_ns, 40_000_000, "largest first");
+    }
+
+    #[test]
+    fn a_cause_maximum_is_a_bound_only_when_no_exact_entry_reaches_it() {
+        let (harvest, symbols, meta) = sample();
+        let mut entries = build_report(&harvest, &symbols, &meta).entries;
+        let wait = |entries: &[Entry]| {
+            cause_rows(entries)
+                .into_iter()
+                .find(|c| c.cause == Cause::Munmap && c.kind == Kind::Wait)
+                .unwrap()
+        };
+        assert!(!wait(&entries).max_is_upper_bound);
+        let mut bounded = entries[1].clone();
+        assert_eq!((bounded.kind, bounded.max_ns), (Kind::Wait, 5_000_000));
+        bounded.max_ns = 6_000_000;
+        bounded.max_is_upper_bound = true;
+        entries.push(bounded.clone());
+        let row = wait(&entries);
+        assert_eq!((row.max_ns, row.max_is_upper_bound), (6_000_000, true));
+        // An exact maximum as large makes it exact.
+        bounded.max_is_upper_bound = false;
+        entries.push(bounded);
+        assert!(!wait(&entries).max_is_upper_bound);
     }
 
     #[test]

@@ -216,7 +216,7 @@ fn causes(out: &mut String, r: &Report) {
             human_ns(c.total_ns),
             human_ns(c.avg_ns),
             human_ns(c.p99_ns),
-            human_ns(c.max_ns)
+            bounded_ns(c.max_ns, c.max_is_upper_bound)
         );
     }
     if r.causes.iter().any(|c| c.cause == Cause::PageFault) {
@@ -292,6 +292,15 @@ fn block(out: &mut String, e: &Entry, threshold_ns: u64, name_process: bool) {
             human_ns(caused.wait_ns),
             caused.count
         );
+    }
+}
+
+/// A duration, `≤` first when it is only an upper bound.
+fn bounded_ns(ns: u64, upper_bound: bool) -> String {
+    if upper_bound {
+        format!("≤{}", human_ns(ns))
+    } else {
+        human_ns(ns)
     }
 }
 
@@ -597,6 +606,12 @@ mod tests {
         assert!(
             text.contains("=====> Total: 8.000 ms, average: 4.000 ms, max: 5.000 ms,"),
             "an exact maximum has no mark: {text}"
+        );
+        report.causes = crate::model::report::cause_rows(&report.entries);
+        let text = render(&report, 10);
+        assert!(
+            text.contains("munmap            hold  write          1   40.00 ms   40.00 ms   40.00 ms  ≤40.00 ms"),
+            "{text}"
         );
     }
 
