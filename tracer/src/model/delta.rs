@@ -169,17 +169,7 @@ pub fn without_threads(harvest: &Harvest) -> Harvest {
             key.tid = 0;
         }
         match index.get(&key) {
-            Some(&i) => {
-                let into = &mut merged[i];
-                // The merged maximum is the larger one: a bound when that one is (an exact
-                // maximum equal to it keeps it exact).
-                into.max_is_upper_bound = match e.value.max_ns.cmp(&into.value.max_ns) {
-                    std::cmp::Ordering::Greater => e.max_is_upper_bound,
-                    std::cmp::Ordering::Equal => into.max_is_upper_bound && e.max_is_upper_bound,
-                    std::cmp::Ordering::Less => into.max_is_upper_bound,
-                };
-                into.value.merge(&e.value);
-            }
+            Some(&i) => merged[i].merge(e),
             None => {
                 index.insert(key, merged.len());
                 merged.push(RawEntry { key, ..e.clone() });

@@ -244,7 +244,7 @@ impl Unwound {
         for ((key, id), value) in &self.moved {
             by_key.entry(*key).or_default().push((*id, value));
         }
-        let mut unwound: HashMap<AggKey, AggValue> = HashMap::new();
+        let mut unwound: HashMap<AggKey, RawEntry> = HashMap::new();
         // Original key -> (key of its largest part, that part's total).
         let mut split_into: HashMap<AggKey, Parts> = HashMap::new();
         let mut estimated = HashSet::new();
@@ -253,6 +253,7 @@ impl Unwound {
                 continue;
             };
             let original = entry.key;
+            let original_max = (entry.value.max_ns, entry.max_is_upper_bound);
             let mut parts: Vec<(AggKey, AggValue)> = moves
                 .iter()
                 .map(|&(id, value)| {
@@ -263,15 +264,32 @@ impl Unwound {
                     (key, take(entry, value))
                 })
                 .collect();
+            // The spread events' maximum is not known per stack: a part that got some has a
+            // bound, unless it got all of the entry's events, whose maximum is known.
+            let mut bounded = vec![false; parts.len()];
             if entry.value.count > 0 {
                 // Operations not copied because the copy budget was spent are a time sample's
                 // complement: they take the unwound stacks in the copied ones' proportions.
                 let received = spread(&std::mem::take(&mut entry.value), &mut parts);
-                let got_some = parts.iter().zip(received).filter(|(_, got)| *got);
+                let got_some = parts.iter().zip(&received).filter(|(_, got)| **got);
                 estimated.extend(got_some.map(|((key, _), _)| *key));
+                bounded = received;
+                if let [(_, only)] = &mut parts[..] {
+                    (only.max_ns, bounded[0]) = original_max;
+                }
             }
-            for (key, moved) in &parts {
-                unwound.entry(*key).or_default().merge(moved);
+            for ((key, moved), &bounded) in parts.iter().zip(&bounded) {
+                let part = RawEntry {
+                    key: *key,
+                    value: *moved,
+                    max_is_upper_bound: bounded,
+                };
+                match unwound.get_mut(key) {
+                    Some(into) => into.merge(&part),
+                    None => {
+                        unwound.insert(*key, part);
+                    }
+                }
                 harvest
                     .stacks
                     .entry(key.user_stack)
@@ -285,14 +303,7 @@ impl Unwound {
         }
         split_side_tables(harvest, &split_into);
         harvest.entries.retain(|e| e.value.count > 0);
-        harvest
-            .entries
-            .extend(unwound.into_iter().map(|(key, value)| RawEntry {
-                key,
-                value,
-                // The spread events' maximum is not known per stack: the entry's is a bound.
-                max_is_upper_bound: estimated.contains(&key),
-            }));
+        harvest.entries.extend(unwound.into_values());
         harvest.estimated_user_stacks.extend(estimated);
     }
 }
@@ -743,6 +754,26 @@ mod tests {
             assert_eq!(e.value.hist.iter().sum::<u64>(), e.value.count);
             assert!(harvest.estimated_user_stacks.contains(&e.key));
         }
+    }
+
+    #[test]
+    fn a_stack_given_all_of_an_entry_keeps_its_exact_maximum() {
+        let fp = key(5);
+        // Three events, one copied: the two others can only go to its stack.
+        let mut harvest = Harvest {
+            entries: vec![entry(fp, &[1000, 9000, 3000])],
+            ..Harvest::default()
+        };
+        let mut u = Unwound::default();
+        u.add(&event(fp, 1000), stack(&[0xa], false));
+        u.apply_to(&mut harvest);
+        let only = &harvest.entries[0];
+        assert_eq!((only.value.count, only.value.max_ns), (3, 9000));
+        assert!(
+            !only.max_is_upper_bound,
+            "every event of the entry is there"
+        );
+        assert!(harvest.estimated_user_stacks.contains(&only.key));
     }
 
     #[test]
@@ -1236,7 +1267,13 @@ mod properties {
                     .filter(|op| !per_thread || op.thread == e.key.tid);
                 let longest = copied.clone().map(|op| op.ns).max().unwrap_or(0);
                 prop_assert!(e.value.max_ns >= longest, "{} < {longest}: {:?}", e.value.max_ns, e);
-                if !e.max_is_upper_bound {
+                let estimated = harvest.estimated_user_stacks.contains(&e.key);
+                if !e.max_is_upper_bound && estimated {
+                    // Exact although spread: it got every operation of its entry.
+                    let of_entry = ops.iter().filter(|op| !per_thread || op.thread == e.key.tid);
+                    prop_assert_eq!(e.value.max_ns, of_entry.clone().map(|op| op.ns).max().unwrap());
+                    prop_assert_eq!(e.value.count, of_entry.count() as u64);
+                } else if !e.max_is_upper_bound {
                     prop_assert_eq!(e.value.max_ns, longest);
                     prop_assert_eq!(e.value.count, copied.count() as u64);
                 }
