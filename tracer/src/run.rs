@@ -311,6 +311,12 @@ fn finish(
         thread_names: watch.thread_names,
     };
     let report = build_report(&harvest, &symbols, &meta);
+    if cfg!(debug_assertions) {
+        // Debug builds (the integration tests' binaries) say when a figure is impossible.
+        for broken in crate::model::invariants::check(&report) {
+            log::warn!("report invariant broken: {broken}");
+        }
+    }
     for path in outputs.write(&report, &timeline_data)? {
         eprintln!("mmapsem-trace: wrote {}", path.display());
     }

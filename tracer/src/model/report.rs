@@ -275,17 +275,6 @@ pub struct Faults {
 const MAX_TIDS: usize = 8;
 
 pub fn build_report(harvest: &Harvest, symbols: &Symbols, meta: &TraceMeta) -> Report {
-    let report = assemble(harvest, symbols, meta);
-    if cfg!(debug_assertions) {
-        // Debug builds (the integration tests' binaries) say when a figure is impossible.
-        for broken in super::invariants::check(&report) {
-            log::warn!("report invariant broken: {broken}");
-        }
-    }
-    report
-}
-
-fn assemble(harvest: &Harvest, symbols: &Symbols, meta: &TraceMeta) -> Report {
     let index = Index::new(harvest, symbols, meta);
     let entries = sorted_entries(harvest, &index);
     let (user_mode_holds, kernel_mode_holds) = index.fault_holds();
