@@ -1,9 +1,9 @@
 //! What no report may show: a maximum above its total, an average above its maximum, a share
 //! over 100%, parts that do not add up to their whole, more operations in the entries than the
 //! kernel's totals counted. The checks read the report as its JSON schema shows it, so that
-//! the same function checks a built `Report` (unit and property tests, the final report of debug
-//! builds, which log what breaks) and a real
-//! trace's `--format json` output (integration tests).
+//! the same function checks a built `Report` (unit and property tests, the final report of
+//! debug builds, which log what breaks) and a real trace's `--format json` output
+//! (integration tests).
 
 use serde_json::Value;
 
