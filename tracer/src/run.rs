@@ -70,8 +70,12 @@ pub fn run(mut cli: Cli) -> Result<i32> {
     }
     let offsets = KernelOffsets::from_running_kernel()?;
     // The live view can switch to per-thread rows at any time: collect per thread and merge
-    // threads in user space when they are not wanted.
-    let per_thread = cli.per_thread || matches!(view, View::Live { .. });
+    // threads in user space when they are not wanted. So do copied user stacks: threads that
+    // share a frame-pointer stack (one frame, in code without frame pointers) unwind apart, and
+    // the operations left uncopied must go to their own thread's unwound stacks, not to another
+    // thread's (model/unwound.rs).
+    let stack_copies = stack_copies(&cli, &offsets);
+    let per_thread = cli.per_thread || matches!(view, View::Live { .. }) || stack_copies.is_some();
     let settings = ProbeSettings {
         stack_threshold_ns: cli.stack_threshold(),
         attribution: !cli.lean,
@@ -86,7 +90,7 @@ pub fn run(mut cli: Cli) -> Result<i32> {
         } else {
             0
         },
-        stack_copies: stack_copies(&cli, &offsets),
+        stack_copies,
         system_wide: targets.is_system_wide(),
         classic_tracepoints: cli.classic_tracepoints,
         target_slots: !targets.is_system_wide() && cli.pid.len() <= tracer_common::FAST_TARGETS,
@@ -346,6 +350,12 @@ fn finish(
         thread_names: watch.thread_names,
     };
     let report = build_report(&harvest, &symbols, &meta);
+    if cfg!(debug_assertions) {
+        // Debug builds (the integration tests' binaries) say when a figure is impossible.
+        for broken in crate::model::invariants::check(&report) {
+            log::warn!("report invariant broken: {broken}");
+        }
+    }
     for path in outputs.write(&report, &timeline_data)? {
         eprintln!("mmapsem-trace: wrote {}", path.display());
     }

@@ -379,3 +379,63 @@ fn preempted_holders_show_runnable_time() {
         .any(|e| u(&e["offcpu"]["runnable_ns"]) > 0);
     assert!(preempted_stack, "runnable time on no stacked hold");
 }
+
+/// clamd's case, issue 11: pread() into a buffer calloc() left untouched faults in the kernel
+/// (copy_to_user), and on x86 those faults take mmap_lock without trying the per-VMA lock; the
+/// kernel's counter of user-mode faults that took the lock does not see them. The report must
+/// say which faults each figure counts: the page-fault holds split into user-mode and
+/// kernel-mode ones, adding up to the "page fault" cause rows.
+#[test]
+fn kernel_mode_faults_are_told_apart_from_user_mode_ones() {
+    if !bpf_available("kernel_mode_faults_are_told_apart_from_user_mode_ones") {
+        return;
+    }
+    let _serial = serial();
+    let (result, _) = trace_workload(
+        &[
+            "files",
+            "--method",
+            "pread",
+            "--threads",
+            "2",
+            "--files",
+            "4",
+            "--seconds",
+            "1",
+        ],
+        // Every lock with its kernel stack: kernel-mode faults are told by it.
+        &["--format", "json", "--stack-threshold", "0"],
+    );
+    let report = json(&result.stdout);
+    let faults = &report["faults"];
+    let (user_mode, kernel_mode) = (
+        u(&faults["user_mode_holds"]),
+        u(&faults["kernel_mode_holds"]),
+    );
+    assert!(
+        kernel_mode > 0,
+        "pread into untouched memory faults in the kernel: {faults}"
+    );
+    let fault_holds: u64 = entries(&report)
+        .iter()
+        .filter(|e| {
+            e["kind"] == "hold" && e["cause"] == "page_fault" && e["outside_locker"] == false
+        })
+        .map(|e| u(&e["count"]))
+        .sum();
+    assert_eq!(
+        user_mode + kernel_mode,
+        fault_holds,
+        "the page-fault holds are user-mode or kernel-mode ones: {faults}"
+    );
+    let in_copy_to_user = entries(&report).iter().any(|e| {
+        e["kind"] == "hold"
+            && e["cause"] == "page_fault"
+            && has_symbol(&e["frames"], "copy")
+            && has_symbol(&e["frames"], "read")
+    });
+    assert!(
+        in_copy_to_user,
+        "no page-fault hold inside a read's copy to user memory"
+    );
+}

@@ -575,7 +575,7 @@ fn cause_group_rows(entries: &[&Entry], report: &Report) -> Vec<Row> {
                 avg_ns: c.avg_ns,
                 p99_ns: c.p99_ns,
                 max_ns: c.max_ns,
-                max_is_upper_bound: stacks.iter().any(|e| e.max_is_upper_bound),
+                max_is_upper_bound: c.max_is_upper_bound,
                 share: share(c.total_ns, report),
                 thread: thread.clone(),
                 place: match stacks.len() {

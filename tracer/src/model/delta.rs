@@ -87,16 +87,18 @@ fn entry_since(now: &RawEntry, before: Option<&AggValue>) -> RawEntry {
         *n = now.value.hist[slot].saturating_sub(old.hist[slot]);
     }
     let new_record = now.value.max_ns > old.max_ns;
+    let total_ns = now.value.total_ns.saturating_sub(old.total_ns);
     let max_ns = if new_record {
         now.value.max_ns
     } else {
-        highest_slot_top(&hist).min(old.max_ns)
+        // No event of the interval is longer than the interval's total either.
+        highest_slot_top(&hist).min(old.max_ns).min(total_ns)
     };
     RawEntry {
         key: now.key,
         value: AggValue {
             count: now.value.count.saturating_sub(old.count),
-            total_ns: now.value.total_ns.saturating_sub(old.total_ns),
+            total_ns,
             max_ns,
             contended_ns: now.value.contended_ns.saturating_sub(old.contended_ns),
             runnable_ns: now.value.runnable_ns.saturating_sub(old.runnable_ns),
@@ -167,11 +169,7 @@ pub fn without_threads(harvest: &Harvest) -> Harvest {
             key.tid = 0;
         }
         match index.get(&key) {
-            Some(&i) => {
-                let into = &mut merged[i];
-                into.value.merge(&e.value);
-                into.max_is_upper_bound &= e.max_is_upper_bound;
-            }
+            Some(&i) => merged[i].merge(e),
             None => {
                 index.insert(key, merged.len());
                 merged.push(RawEntry { key, ..e.clone() });
@@ -318,13 +316,37 @@ mod tests {
     #[test]
     fn an_old_record_leaves_an_upper_bound_from_the_histogram() {
         let before = harvest(vec![entry(0, KIND_WAIT, &[3_000_000])], 0);
-        let now = harvest(vec![entry(0, KIND_WAIT, &[3_000_000, 1_500])], 0);
+        let now = harvest(vec![entry(0, KIND_WAIT, &[3_000_000, 1_500, 1_600])], 0);
         let d = since(&now, &before);
         let e = &d.entries[0];
         assert!(e.max_is_upper_bound);
-        // 1500 lies in [1024, 2048): the bound is 2047, not the 3 ms record.
+        // 1500 and 1600 lie in [1024, 2048): the bound is 2047, not the 3 ms record.
         assert_eq!(e.value.max_ns, 2_047);
-        assert!(e.value.max_ns >= 1_500);
+    }
+
+    #[test]
+    fn an_interval_maximum_is_never_above_the_interval_total() {
+        let before = harvest(vec![entry(0, KIND_WAIT, &[3_000_000])], 0);
+        let now = harvest(vec![entry(0, KIND_WAIT, &[3_000_000, 1_500])], 0);
+        let e = &since(&now, &before).entries[0];
+        // The top of 1500's slot is 2047, but the interval's one wait took 1500 ns in all.
+        assert_eq!((e.value.total_ns, e.value.max_ns), (1_500, 1_500));
+        assert!(e.max_is_upper_bound);
+    }
+
+    #[test]
+    fn merged_threads_keep_a_bound_mark_when_the_larger_maximum_is_a_bound() {
+        let exact = entry(2, KIND_WAIT, &[10]);
+        let mut bound = entry(3, KIND_WAIT, &[30]);
+        bound.max_is_upper_bound = true;
+        let merged = without_threads(&harvest(vec![exact.clone(), bound.clone()], 0));
+        assert_eq!(merged.entries[0].value.max_ns, 30);
+        assert!(merged.entries[0].max_is_upper_bound, "30 is only a bound");
+        let mut exact_top = entry(2, KIND_WAIT, &[50]);
+        exact_top.max_is_upper_bound = false;
+        let merged = without_threads(&harvest(vec![bound, exact_top], 0));
+        assert_eq!(merged.entries[0].value.max_ns, 50);
+        assert!(!merged.entries[0].max_is_upper_bound, "50 is exact");
     }
 
     #[test]

@@ -4,7 +4,7 @@ use tracer_common::HIST_SLOTS;
 
 /// Inclusive lower and exclusive upper bound of a slot: slot 0 holds 0, slot i >= 1 holds
 /// [2^(i-1), 2^i).
-fn slot_bounds(slot: usize) -> (u64, u64) {
+pub(crate) fn slot_bounds(slot: usize) -> (u64, u64) {
     match slot {
         0 => (0, 1),
         s if s >= 64 => (1 << 63, u64::MAX),

@@ -4,6 +4,7 @@
 pub mod cause;
 pub mod delta;
 pub mod histogram;
+pub mod invariants;
 pub mod processes;
 pub mod report;
 pub mod self_cost;
@@ -30,6 +31,19 @@ pub struct RawEntry {
     /// Set on per-interval entries whose `max_ns` is an upper bound, not the exact maximum
     /// (see `delta::since`).
     pub max_is_upper_bound: bool,
+}
+
+impl RawEntry {
+    /// Adds `other` (same key): the merged maximum is the larger one, a bound when that one is
+    /// (an exact maximum as large keeps it exact).
+    pub fn merge(&mut self, other: &RawEntry) {
+        self.max_is_upper_bound = match other.value.max_ns.cmp(&self.value.max_ns) {
+            std::cmp::Ordering::Greater => other.max_is_upper_bound,
+            std::cmp::Ordering::Equal => self.max_is_upper_bound && other.max_is_upper_bound,
+            std::cmp::Ordering::Less => self.max_is_upper_bound,
+        };
+        self.value.merge(&other.value);
+    }
 }
 
 /// Waits and holds still open when tracing stopped.

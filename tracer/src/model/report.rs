@@ -151,6 +151,9 @@ pub struct CauseRow {
     pub avg_ns: u64,
     pub p99_ns: u64,
     pub max_ns: u64,
+    /// `max_ns` is an upper bound: no entry with an exact maximum reaches it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub max_is_upper_bound: bool,
 }
 
 /// One call stack's waits or holds.
@@ -248,21 +251,33 @@ pub struct OffCpuSplit {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Faults {
-    /// User page faults of the targets (minor and major, from /proc/PID/stat).
+    /// Page faults of the targets on their memory, minor and major, taken in user mode or in
+    /// the kernel (copy_to_user in a syscall), from /proc/PID/stat.
     pub total: u64,
-    /// Lock operations begun by user page faults (that fell back from the per-VMA lock); a
-    /// fault retried after dropping the lock for I/O counts once per attempt.
+    /// Lock operations begun by user-mode page faults (that fell back from the per-VMA lock),
+    /// told by the kernel entering through an exception; a fault retried after dropping the
+    /// lock for I/O counts once per attempt. Kernel-mode faults are not counted here.
     pub took_mmap_lock: u64,
     pub filemap: u64,
     /// filemap faults while the faulting thread held the target's mmap_lock.
     pub filemap_under_mmap_lock: u64,
+    /// Holds of mmap_lock by the targets' page faults (the entries' `page_fault` cause) that
+    /// came from user mode.
+    pub user_mode_holds: u64,
+    /// Holds of mmap_lock by the targets' page faults taken in the kernel, inside a syscall
+    /// that is not an mm syscall (copy_to_user in read(), futex, ...): told by the kernel
+    /// stack, not counted in `took_mmap_lock`. x86 sends them straight to mmap_lock, without
+    /// trying the per-VMA lock.
+    pub kernel_mode_holds: u64,
 }
 
 /// Distinct holder threads listed per blocker.
 const MAX_TIDS: usize = 8;
 
 pub fn build_report(harvest: &Harvest, symbols: &Symbols, meta: &TraceMeta) -> Report {
-    let entries = sorted_entries(harvest, symbols, meta);
+    let index = Index::new(harvest, symbols, meta);
+    let entries = sorted_entries(harvest, &index);
+    let (user_mode_holds, kernel_mode_holds) = index.fault_holds();
     let processes = process_rows(&entries, |pid| process_name(harvest, meta, pid));
     let totals = totals_of(harvest, &[0, 1, 2, 3]);
     let own_wait_ns: u64 = harvest.totals[..2].iter().map(|t| t.wait_ns).sum();
@@ -295,6 +310,8 @@ pub fn build_report(harvest: &Harvest, symbols: &Symbols, meta: &TraceMeta) -> R
             took_mmap_lock: harvest.faults[FAULTS_TOOK_MMAP_LOCK as usize],
             filemap: harvest.faults[FAULTS_FILEMAP as usize],
             filemap_under_mmap_lock: harvest.faults[FAULTS_FILEMAP_UNDER_LOCK as usize],
+            user_mode_holds,
+            kernel_mode_holds,
         },
         syscalls: MM_SYSCALLS
             .iter()
@@ -337,8 +354,7 @@ fn totals_of(harvest: &Harvest, slots: &[usize]) -> Totals {
     Totals { read, write }
 }
 
-fn sorted_entries(harvest: &Harvest, symbols: &Symbols, meta: &TraceMeta) -> Vec<Entry> {
-    let index = Index::new(harvest, symbols, meta);
+fn sorted_entries(harvest: &Harvest, index: &Index) -> Vec<Entry> {
     let mut entries: Vec<Entry> = harvest
         .entries
         .iter()
@@ -390,25 +406,32 @@ struct Index<'a> {
     symbols: &'a Symbols,
     meta: &'a TraceMeta,
     blocked_by_waiter: HashMap<AggKey, Vec<&'a (BlockKey, BlockValue)>>,
-    blocked_by_holder: HashMap<HolderSig, BlockedOthers>,
+    /// By holder stacks and thread (0: every thread, for entries not kept per thread).
+    blocked_by_holder: HashMap<(HolderSig, u32), BlockedOthers>,
     sleeps_by_hold: HashMap<AggKey, Vec<(i32, u64)>>,
 }
 
 impl<'a> Index<'a> {
     fn new(harvest: &'a Harvest, symbols: &'a Symbols, meta: &'a TraceMeta) -> Self {
         let mut blocked_by_waiter: HashMap<AggKey, Vec<_>> = HashMap::new();
-        let mut blocked_by_holder: HashMap<HolderSig, BlockedOthers> = HashMap::new();
+        let mut blocked_by_holder: HashMap<(HolderSig, u32), BlockedOthers> = HashMap::new();
         for record in &harvest.blocked {
             let (key, value) = record;
             blocked_by_waiter
                 .entry(key.waiter)
                 .or_default()
                 .push(record);
-            let caused = blocked_by_holder
-                .entry(HolderSig::of_holder(&key.holder))
-                .or_default();
-            caused.count += value.count;
-            caused.wait_ns += value.wait_ns;
+            let sig = HolderSig::of_holder(&key.holder);
+            let threads = if key.holder.tid == 0 {
+                &[0][..]
+            } else {
+                &[0, key.holder.tid][..]
+            };
+            for &tid in threads {
+                let caused = blocked_by_holder.entry((sig, tid)).or_default();
+                caused.count += value.count;
+                caused.wait_ns += value.wait_ns;
+            }
         }
         let mut sleeps_by_hold: HashMap<AggKey, Vec<(i32, u64)>> = HashMap::new();
         for (key, ns) in &harvest.sleeps {
@@ -444,6 +467,26 @@ impl<'a> Index<'a> {
             pid,
             comm: self.harvest.locker_comms.get(&pid).cloned(),
         })
+    }
+
+    /// Holds by the targets' own page faults: (from user mode, from the kernel). A lock taken
+    /// for a fault outside any mm syscall is a user-mode fault when the kernel was entered
+    /// through the exception (`fault` set), else a fault inside another syscall.
+    fn fault_holds(&self) -> (u64, u64) {
+        let mut holds = (0, 0);
+        for raw in &self.harvest.entries {
+            let k = &raw.key;
+            let cause = cause_of(k.syscall, k.fault, self.kernel(k.kernel_stack));
+            if k.kind == KIND_WAIT || k.locker_pid != 0 || cause != Cause::PageFault {
+                continue;
+            }
+            if k.fault != 0 {
+                holds.0 += raw.value.count;
+            } else {
+                holds.1 += raw.value.count;
+            }
+        }
+        holds
     }
 
     fn entry_of(&self, raw: &RawEntry) -> Entry {
@@ -492,8 +535,9 @@ impl<'a> Index<'a> {
                 .then(|| self.meta.thread_names.get(&k.tid).cloned())
                 .flatten(),
             blocked_others: (!is_wait).then(|| {
+                // A thread's hold entry caused only the waits charged to that thread.
                 self.blocked_by_holder
-                    .get(&HolderSig::of_hold(k))
+                    .get(&(HolderSig::of_hold(k), k.tid))
                     .cloned()
                     .unwrap_or_default()
             }),
@@ -617,6 +661,8 @@ struct CauseGroup {
     count: u64,
     total_ns: u64,
     max_ns: u64,
+    /// Whether `max_ns` is an exact maximum of one of the entries.
+    max_is_exact: bool,
     hist: [u64; HIST_SLOTS],
 }
 
@@ -630,11 +676,16 @@ pub fn cause_rows(entries: &[Entry]) -> Vec<CauseRow> {
                 count: 0,
                 total_ns: 0,
                 max_ns: 0,
+                max_is_exact: false,
                 hist: [0; HIST_SLOTS],
             });
         g.count += e.count;
         g.total_ns += e.total_ns;
-        g.max_ns = g.max_ns.max(e.max_ns);
+        let exact = !e.max_is_upper_bound;
+        if e.max_ns > g.max_ns || (e.max_ns == g.max_ns && exact) {
+            g.max_is_exact = exact || (e.max_ns == g.max_ns && g.max_is_exact);
+            g.max_ns = e.max_ns;
+        }
         merge(&mut g.hist, &hist_from_rows(&e.histogram));
     }
     let mut rows: Vec<CauseRow> = groups
@@ -648,6 +699,7 @@ pub fn cause_rows(entries: &[Entry]) -> Vec<CauseRow> {
             avg_ns: g.total_ns / g.count.max(1),
             p99_ns: percentile(&g.hist, 0.99, g.max_ns),
             max_ns: g.max_ns,
+            max_is_upper_bound: !g.max_is_exact,
         })
         .collect();
     rows.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.cause.cmp(&b.cause)));
@@ -724,10 +776,20 @@ pub(crate) mod tests {
             ],
             ..Harvest::default()
         };
+        // The totals the kernel would have counted for these entries.
+        let totals = |waits, wait_ns, max_wait_ns, holds, hold_ns, max_hold_ns| ModeTotals {
+            waits,
+            wait_ns,
+            max_wait_ns,
+            holds,
+            hold_ns,
+            max_hold_ns,
+            ..ModeTotals::default()
+        };
+        harvest.totals[0] = totals(1, 1_000_000, 1_000_000, 2, 2_000, 1_100);
+        harvest.totals[1] = totals(2, 8_000_000, 5_000_000, 1, 40_000_000, 40_000_000);
+        harvest.totals[2] = totals(0, 0, 0, 1, 20_000, 20_000);
         harvest.totals[1].acquisitions = 3;
-        harvest.totals[1].wait_ns = 8_000_000;
-        harvest.totals[1].max_hold_ns = 40_000_000;
-        harvest.totals[0].wait_ns = 1_000_000;
         harvest.totals[2].acquisitions = 1;
         harvest.counters = Counter::ALL.iter().map(|&c| (c, 0)).collect();
         harvest.counters[Counter::UnpairedRelease as usize].1 = 2;
@@ -851,6 +913,16 @@ pub(crate) mod tests {
             lock_hold_ns: 40_000_000,
         };
         harvest.faults = [1000, 3, 10, 1];
+        // Read holds by page faults (kernel stack 3): two from user mode (the exception entry
+        // seen), one taken in the kernel inside a syscall.
+        let mut user_mode = raw(KIND_HOLD, MODE_READ, 3, NO_STACK, 0, &[10_000, 12_000]);
+        user_mode.key.fault = 1;
+        let kernel_mode = raw(KIND_HOLD, MODE_READ, 3, NO_STACK, 0, &[30_000]);
+        harvest.entries.extend([user_mode, kernel_mode]);
+        let read = &mut harvest.totals[0];
+        read.holds += 3;
+        read.hold_ns += 52_000;
+        read.max_hold_ns = 30_000;
         harvest.features = Features {
             contention: true,
             faults: true,
@@ -930,6 +1002,28 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn per_thread_holds_caused_only_their_own_threads_waits() {
+        let (mut harvest, symbols, meta) = attributed();
+        // The munmap hold, kept per thread: tid 7 (charged with the fault's waits) and tid 9
+        // (the same stacks, charged with nothing).
+        let mut mine = harvest.entries[1].clone();
+        mine.key.tid = 7;
+        let mut other = mine.clone();
+        other.key.tid = 9;
+        harvest.entries.splice(1..2, [mine, other]);
+        let r = build_report(&harvest, &symbols, &meta);
+        let caused = |tid| {
+            r.entries
+                .iter()
+                .find(|e| e.kind == Kind::Hold && e.tid == Some(tid))
+                .and_then(|e| e.blocked_others.clone())
+                .unwrap()
+        };
+        assert_eq!(caused(7).count, 2);
+        assert_eq!(caused(9), BlockedOthers::default());
+    }
+
+    #[test]
     fn faults_syscalls_and_features_reach_the_report() {
         let (harvest, symbols, meta) = attributed();
         let r = build_report(&harvest, &symbols, &meta);
@@ -939,7 +1033,9 @@ pub(crate) mod tests {
                 total: 1000,
                 took_mmap_lock: 3,
                 filemap: 10,
-                filemap_under_mmap_lock: 1
+                filemap_under_mmap_lock: 1,
+                user_mode_holds: 2,
+                kernel_mode_holds: 1,
             }
         );
         assert_eq!(r.syscalls.len(), MM_SYSCALLS.len());
@@ -1044,6 +1140,30 @@ pub(crate) mod tests {
             (3, 15_000_000, 7_000_000)
         );
         assert_eq!(r.causes[0].total_ns, 40_000_000, "largest first");
+    }
+
+    #[test]
+    fn a_cause_maximum_is_a_bound_only_when_no_exact_entry_reaches_it() {
+        let (harvest, symbols, meta) = sample();
+        let mut entries = build_report(&harvest, &symbols, &meta).entries;
+        let wait = |entries: &[Entry]| {
+            cause_rows(entries)
+                .into_iter()
+                .find(|c| c.cause == Cause::Munmap && c.kind == Kind::Wait)
+                .unwrap()
+        };
+        assert!(!wait(&entries).max_is_upper_bound);
+        let mut bounded = entries[1].clone();
+        assert_eq!((bounded.kind, bounded.max_ns), (Kind::Wait, 5_000_000));
+        bounded.max_ns = 6_000_000;
+        bounded.max_is_upper_bound = true;
+        entries.push(bounded.clone());
+        let row = wait(&entries);
+        assert_eq!((row.max_ns, row.max_is_upper_bound), (6_000_000, true));
+        // An exact maximum as large makes it exact.
+        bounded.max_is_upper_bound = false;
+        entries.push(bounded);
+        assert!(!wait(&entries).max_is_upper_bound);
     }
 
     #[test]

@@ -15,10 +15,11 @@ use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 use tracer_common::{
-    AggKey, AggValue, BlockKey, BlockValue, Counter, SleepKey, UserStackCopyHeader, UserStackEvent,
-    KIND_HOLD, NO_STACK,
+    log2_slot, AggKey, AggValue, BlockKey, BlockValue, Counter, SleepKey, UserStackCopyHeader,
+    UserStackEvent, HIST_SLOTS, KIND_HOLD, NO_STACK,
 };
 
+use super::histogram::slot_bounds;
 use super::report::HolderSig;
 use super::{Harvest, RawEntry};
 
@@ -243,7 +244,7 @@ impl Unwound {
         for ((key, id), value) in &self.moved {
             by_key.entry(*key).or_default().push((*id, value));
         }
-        let mut unwound: HashMap<AggKey, AggValue> = HashMap::new();
+        let mut unwound: HashMap<AggKey, RawEntry> = HashMap::new();
         // Original key -> (key of its largest part, that part's total).
         let mut split_into: HashMap<AggKey, Parts> = HashMap::new();
         let mut estimated = HashSet::new();
@@ -252,6 +253,7 @@ impl Unwound {
                 continue;
             };
             let original = entry.key;
+            let original_max = (entry.value.max_ns, entry.max_is_upper_bound);
             let mut parts: Vec<(AggKey, AggValue)> = moves
                 .iter()
                 .map(|&(id, value)| {
@@ -262,14 +264,32 @@ impl Unwound {
                     (key, take(entry, value))
                 })
                 .collect();
+            // The spread events' maximum is not known per stack: a part that got some has a
+            // bound, unless it got all of the entry's events, whose maximum is known.
+            let mut bounded = vec![false; parts.len()];
             if entry.value.count > 0 {
                 // Operations not copied because the copy budget was spent are a time sample's
                 // complement: they take the unwound stacks in the copied ones' proportions.
-                spread(&std::mem::take(&mut entry.value), &mut parts);
-                estimated.extend(parts.iter().map(|(key, _)| *key));
+                let received = spread(&std::mem::take(&mut entry.value), &mut parts);
+                let got_some = parts.iter().zip(&received).filter(|(_, got)| **got);
+                estimated.extend(got_some.map(|((key, _), _)| *key));
+                bounded = received;
+                if let [(_, only)] = &mut parts[..] {
+                    (only.max_ns, bounded[0]) = original_max;
+                }
             }
-            for (key, moved) in &parts {
-                unwound.entry(*key).or_default().merge(moved);
+            for ((key, moved), &bounded) in parts.iter().zip(&bounded) {
+                let part = RawEntry {
+                    key: *key,
+                    value: *moved,
+                    max_is_upper_bound: bounded,
+                };
+                match unwound.get_mut(key) {
+                    Some(into) => into.merge(&part),
+                    None => {
+                        unwound.insert(*key, part);
+                    }
+                }
                 harvest
                     .stacks
                     .entry(key.user_stack)
@@ -283,40 +303,147 @@ impl Unwound {
         }
         split_side_tables(harvest, &split_into);
         harvest.entries.retain(|e| e.value.count > 0);
-        harvest
-            .entries
-            .extend(unwound.into_iter().map(|(key, value)| RawEntry {
-                key,
-                value,
-                // The spread events' maximum is not known per stack: the entry's is a bound.
-                max_is_upper_bound: estimated.contains(&key),
-            }));
+        harvest.entries.extend(unwound.into_values());
         harvest.estimated_user_stacks.extend(estimated);
     }
 }
 
-/// Shares `rest` among `parts` in proportion to their event counts (largest remainders get the
-/// rounding), field by field and histogram slot by slot, so that the sums stay exact.
-fn spread(rest: &AggValue, parts: &mut [(AggKey, AggValue)]) {
+/// Shares `rest` (an entry's events that were not copied) among `parts` (its unwound stacks)
+/// in proportion to their copied events, as whole events: every part gets an integer number of
+/// events, each in a histogram slot, and a time those events can add up to, so that no part
+/// shows an impossible figure (an average above its maximum, a maximum above its total). Every
+/// field sums exactly to `rest`'s. Returns, per part, whether it got anything: its maximum is
+/// then only an upper bound.
+fn spread(rest: &AggValue, parts: &mut [(AggKey, AggValue)]) -> Vec<bool> {
     let weights: Vec<u64> = parts.iter().map(|(_, v)| v.count.max(1)).collect();
-    let mut share = |total: u64, field: fn(&mut AggValue) -> &mut u64| {
-        for (part, n) in parts.iter_mut().zip(split(total, &weights)) {
-            *field(&mut part.1) += n;
+    let hist = fitted_hist(&rest.hist, rest.count, rest.max_ns);
+    let counts = split(rest.count, &weights);
+    let cells = apportion(&hist, &counts, &weights);
+    let totals = split_time(rest, &cells, &counts);
+    // Off-CPU parts nest (uninterruptible within sleeping, sleeping and runnable within the
+    // total): each is split within the room its part has left, so the nesting holds per part.
+    let sleeping = split(rest.sleeping_ns, &totals);
+    let room: Vec<u64> = totals
+        .iter()
+        .zip(&sleeping)
+        .map(|(t, s)| t.saturating_sub(*s))
+        .collect();
+    let runnable = split(rest.runnable_ns, &room);
+    let uninterruptible = split(rest.uninterruptible_ns, &sleeping);
+    let contended = split(rest.contended_ns, &totals);
+    let mut received = Vec::with_capacity(parts.len());
+    for (i, (_, part)) in parts.iter_mut().enumerate() {
+        part.count += counts[i];
+        part.total_ns += totals[i];
+        part.sleeping_ns += sleeping[i];
+        part.runnable_ns += runnable[i];
+        part.uninterruptible_ns += uninterruptible[i];
+        part.contended_ns += contended[i];
+        for (slot, n) in cells[i].iter().enumerate() {
+            part.hist[slot] += n;
         }
-    };
-    share(rest.count, |v| &mut v.count);
-    share(rest.total_ns, |v| &mut v.total_ns);
-    share(rest.contended_ns, |v| &mut v.contended_ns);
-    share(rest.runnable_ns, |v| &mut v.runnable_ns);
-    share(rest.sleeping_ns, |v| &mut v.sleeping_ns);
-    share(rest.uninterruptible_ns, |v| &mut v.uninterruptible_ns);
-    for slot in 0..rest.hist.len() {
-        for (part, n) in parts.iter_mut().zip(split(rest.hist[slot], &weights)) {
-            part.1.hist[slot] += n;
+        if let Some(top) = cells[i].iter().rposition(|&n| n > 0) {
+            // The part's share of the rest is in slot `top` at most, and no event of the
+            // rest was longer than its maximum.
+            let largest = slot_bounds(top).1 - 1;
+            part.max_ns = part.max_ns.max(largest.min(rest.max_ns));
+        }
+        part.max_ns = part
+            .max_ns
+            .min(part.total_ns)
+            .max(part.total_ns / part.count.max(1));
+        received.push(counts[i] > 0 || totals[i] > 0);
+    }
+    received
+}
+
+/// `hist` made to hold exactly `count` events (the kernel's per-CPU counters and histograms
+/// are not updated together, and a clamped move can leave them apart): missing events go to
+/// the maximum's slot, extra ones leave from the lowest slots.
+fn fitted_hist(hist: &[u64; HIST_SLOTS], count: u64, max_ns: u64) -> [u64; HIST_SLOTS] {
+    let mut hist = *hist;
+    let held: u64 = hist.iter().sum();
+    if held < count {
+        hist[log2_slot(max_ns)] += count - held;
+    }
+    let mut extra = held.saturating_sub(count);
+    for n in hist.iter_mut() {
+        let gone = extra.min(*n);
+        *n -= gone;
+        extra -= gone;
+    }
+    hist
+}
+
+/// Each column (a histogram slot's events, a record's wait time) shared among parts in
+/// proportion to `weights`, so that part `i` gets exactly `rows[i]` in all (`rows` sums to the
+/// columns): each part first gets the whole units of its exact share of every column, then a
+/// column's remaining units go to the parts still short of their row, largest remainders first.
+fn apportion(columns: &[u64], rows: &[u64], weights: &[u64]) -> Vec<Vec<u64>> {
+    let sum: u128 = weights.iter().map(|&w| w as u128).sum::<u128>().max(1);
+    let mut cells = vec![vec![0u64; columns.len()]; rows.len()];
+    for (slot, &n) in columns.iter().enumerate() {
+        for (part, &w) in cells.iter_mut().zip(weights) {
+            part[slot] = (n as u128 * w as u128 / sum) as u64;
         }
     }
-    for (_, part) in parts.iter_mut() {
-        part.max_ns = part.max_ns.max(rest.max_ns);
+    let mut short: Vec<u64> = rows
+        .iter()
+        .zip(&cells)
+        .map(|(row, part)| row.saturating_sub(part.iter().sum()))
+        .collect();
+    for (slot, &n) in columns.iter().enumerate() {
+        let mut left = n - cells.iter().map(|part| part[slot]).sum::<u64>();
+        let mut order: Vec<usize> = (0..rows.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(n as u128 * weights[i] as u128 % sum));
+        // One each by remainder, then as many as the rows still lack: the rows' shortfall
+        // always equals the units left in this column and the next, so nothing is left over.
+        for at_most in [1, u64::MAX] {
+            for &i in &order {
+                let give = left.min(short[i]).min(at_most);
+                cells[i][slot] += give;
+                short[i] -= give;
+                left -= give;
+            }
+        }
+    }
+    cells
+}
+
+/// `rest.total_ns` shared among parts holding the events `cells`, each part's time within what
+/// its events can add up to (every event lies in its slot, and is no longer than the rest's
+/// maximum), the slack shared in proportion to each part's room.
+fn split_time(rest: &AggValue, cells: &[Vec<u64>], counts: &[u64]) -> Vec<u64> {
+    let bounds = |part: &Vec<u64>| {
+        part.iter()
+            .enumerate()
+            .fold((0u128, 0u128), |(lo, hi), (slot, &n)| {
+                let (low, high) = slot_bounds(slot);
+                let largest = (high - 1).min(rest.max_ns).max(low);
+                (
+                    lo + n as u128 * low as u128,
+                    hi + n as u128 * largest as u128,
+                )
+            })
+    };
+    let (lows, highs): (Vec<u128>, Vec<u128>) = cells.iter().map(bounds).unzip();
+    let (low, high): (u128, u128) = (lows.iter().sum(), highs.iter().sum());
+    let total = rest.total_ns as u128;
+    let clamp = |v: u128| v.min(u64::MAX as u128) as u64;
+    let add = |base: &[u128], extra: Vec<u64>| -> Vec<u64> {
+        base.iter().zip(extra).map(|(b, e)| clamp(*b) + e).collect()
+    };
+    if total <= low {
+        // Fewer nanoseconds than the slots' lower bounds (not consistent): by those bounds.
+        let weights: Vec<u64> = lows.iter().map(|&l| clamp(l)).collect();
+        split(rest.total_ns, &weights)
+    } else if total >= high {
+        let extra = split(clamp(total - high), counts);
+        add(&highs, extra)
+    } else {
+        let room: Vec<u64> = lows.iter().zip(&highs).map(|(l, h)| clamp(h - l)).collect();
+        let extra = split(clamp(total - low), &room);
+        add(&lows, extra)
     }
 }
 
@@ -369,23 +496,33 @@ fn split_side_tables(harvest: &mut Harvest, split_into: &HashMap<AggKey, Parts>)
             .cloned()
             .unwrap_or_else(|| vec![(*key, 1)])
     };
-    let mut holder_parts: HashMap<HolderSig, HashMap<i32, u64>> = HashMap::new();
+    // Holds kept per thread (their keys carry the tid) split a holder's record over that
+    // thread's own parts only.
+    let mut holder_parts: HashMap<(HolderSig, u32), HashMap<i32, u64>> = HashMap::new();
     for (from, parts) in split_into.iter().filter(|(from, _)| from.kind == KIND_HOLD) {
-        let stacks = holder_parts.entry(HolderSig::of_hold(from)).or_default();
+        let stacks = holder_parts
+            .entry((HolderSig::of_hold(from), from.tid))
+            .or_default();
         for (key, ns) in parts {
             *stacks.entry(key.user_stack).or_default() += ns;
         }
     }
+    let mut by_waiter: HashMap<AggKey, Vec<(BlockKey, BlockValue)>> = HashMap::new();
+    for &(key, value) in &harvest.blocked {
+        by_waiter.entry(key.waiter).or_default().push((key, value));
+    }
     let mut blocked: HashMap<BlockKey, BlockValue> = HashMap::new();
-    for (key, value) in &harvest.blocked {
-        let holders: Vec<(i32, u64)> = holder_parts
-            .get(&HolderSig::of_holder(&key.holder))
-            .map(|stacks| stacks.iter().map(|(&id, &ns)| (id, ns)).collect())
-            .unwrap_or_else(|| vec![(key.holder.user_stack, 1)]);
-        for (waiter, part) in split_value(value, &parts_of(&key.waiter)) {
+    for (waiter, records) in &by_waiter {
+        for (key, waiter_part, part) in split_records(records, &parts_of(waiter)) {
+            let sig = HolderSig::of_holder(&key.holder);
+            let holders: Vec<(i32, u64)> = holder_parts
+                .get(&(sig, key.holder.tid))
+                .or_else(|| holder_parts.get(&(sig, 0)))
+                .map(|stacks| stacks.iter().map(|(&id, &ns)| (id, ns)).collect())
+                .unwrap_or_else(|| vec![(key.holder.user_stack, 1)]);
             for (user_stack, piece) in split_value(&part, &holders) {
-                let mut into_key = *key;
-                into_key.waiter = waiter;
+                let mut into_key = key;
+                into_key.waiter = waiter_part;
                 into_key.holder.user_stack = user_stack;
                 let into = blocked.entry(into_key).or_default();
                 into.count += piece.count;
@@ -412,6 +549,35 @@ fn split_side_tables(harvest: &mut Harvest, split_into: &HashMap<AggKey, Parts>)
     harvest.sleeps = sleeps.into_iter().collect();
 }
 
+/// One waiter's blocked-by records split over the waiter's parts in proportion to their time,
+/// all records at once, so that no part is charged more waiting behind holders than it waited
+/// (each record rounded on its own could add a nanosecond per record): returns (record key,
+/// waiter part, its piece), empty pieces left out.
+fn split_records(
+    records: &[(BlockKey, BlockValue)],
+    parts: &[(AggKey, u64)],
+) -> Vec<(BlockKey, AggKey, BlockValue)> {
+    let weights: Vec<u64> = parts.iter().map(|p| p.1).collect();
+    let shared = |field: fn(&BlockValue) -> u64| {
+        let columns: Vec<u64> = records.iter().map(|(_, v)| field(v)).collect();
+        apportion(&columns, &split(columns.iter().sum(), &weights), &weights)
+    };
+    let (waits, counts) = (shared(|v| v.wait_ns), shared(|v| v.count));
+    let mut pieces = Vec::new();
+    for (i, (part, _)) in parts.iter().enumerate() {
+        for (j, (key, _)) in records.iter().enumerate() {
+            let piece = BlockValue {
+                count: counts[i][j],
+                wait_ns: waits[i][j],
+            };
+            if piece.count > 0 || piece.wait_ns > 0 {
+                pieces.push((*key, *part, piece));
+            }
+        }
+    }
+    pieces
+}
+
 /// A blocked-by value split by weight over `parts`; empty pieces left out.
 fn split_value<K: Copy>(value: &BlockValue, parts: &[(K, u64)]) -> Vec<(K, BlockValue)> {
     let weights: Vec<u64> = parts.iter().map(|p| p.1).collect();
@@ -432,18 +598,20 @@ fn take(entry: &mut RawEntry, value: &AggValue) -> AggValue {
     let from = &mut entry.value;
     let count = value.count.min(from.count);
     let moved_hist = std::array::from_fn(|slot| value.hist[slot].min(from.hist[slot]));
+    let total_ns = value.total_ns.min(from.total_ns);
     let moved = AggValue {
         count,
-        total_ns: value.total_ns.min(from.total_ns),
-        max_ns: value.max_ns,
+        total_ns,
+        max_ns: value.max_ns.min(total_ns),
         contended_ns: value.contended_ns.min(from.contended_ns),
         runnable_ns: value.runnable_ns.min(from.runnable_ns),
         sleeping_ns: value.sleeping_ns.min(from.sleeping_ns),
         uninterruptible_ns: value.uninterruptible_ns.min(from.uninterruptible_ns),
-        hist: moved_hist,
+        // One slot per moved event, even when clamping took counts and slots apart.
+        hist: fitted_hist(&moved_hist, count, value.max_ns),
     };
     for (slot, n) in moved.hist.iter().enumerate() {
-        from.hist[slot] -= n;
+        from.hist[slot] = from.hist[slot].saturating_sub(*n);
     }
     from.count -= moved.count;
     from.total_ns -= moved.total_ns;
@@ -589,6 +757,26 @@ mod tests {
     }
 
     #[test]
+    fn a_stack_given_all_of_an_entry_keeps_its_exact_maximum() {
+        let fp = key(5);
+        // Three events, one copied: the two others can only go to its stack.
+        let mut harvest = Harvest {
+            entries: vec![entry(fp, &[1000, 9000, 3000])],
+            ..Harvest::default()
+        };
+        let mut u = Unwound::default();
+        u.add(&event(fp, 1000), stack(&[0xa], false));
+        u.apply_to(&mut harvest);
+        let only = &harvest.entries[0];
+        assert_eq!((only.value.count, only.value.max_ns), (3, 9000));
+        assert!(
+            !only.max_is_upper_bound,
+            "every event of the entry is there"
+        );
+        assert!(harvest.estimated_user_stacks.contains(&only.key));
+    }
+
+    #[test]
     fn split_is_proportional_and_exact() {
         assert_eq!(split(10, &[1, 1]), vec![5, 5]);
         assert_eq!(split(10, &[2, 1]), vec![7, 3]);
@@ -683,6 +871,49 @@ mod tests {
         let mut expected = vec![(a, 500), (b, 500)];
         expected.sort();
         assert_eq!(sleeps, expected);
+    }
+
+    #[test]
+    fn a_threads_blocking_goes_to_its_own_unwound_stacks_only() {
+        // Holds kept per thread: tids 7 and 8 share a frame-pointer stack and unwind apart.
+        let hold = |tid| AggKey {
+            kind: KIND_HOLD,
+            tid,
+            ..key(5)
+        };
+        let wait = key(6);
+        let holder = HolderKey {
+            kernel_stack: 3,
+            user_stack: 5,
+            tid: 7,
+            mode: MODE_WRITE,
+            ..HolderKey::default()
+        };
+        let mut harvest = Harvest {
+            entries: vec![entry(hold(7), &[1000]), entry(hold(8), &[9000])],
+            blocked: vec![(
+                BlockKey {
+                    waiter: wait,
+                    holder,
+                },
+                BlockValue {
+                    count: 3,
+                    wait_ns: 300,
+                },
+            )],
+            ..Harvest::default()
+        };
+        let mut u = Unwound::default();
+        u.add(&event(hold(7), 1000), stack(&[0xa], false));
+        u.add(&event(hold(8), 9000), stack(&[0xb], false));
+        u.apply_to(&mut harvest);
+        let a = *harvest.stacks.iter().find(|(_, s)| **s == [0xa]).unwrap().0;
+        let records: Vec<(i32, u32, u64)> = harvest
+            .blocked
+            .iter()
+            .map(|(k, v)| (k.holder.user_stack, k.holder.tid, v.count))
+            .collect();
+        assert_eq!(records, vec![(a, 7, 3)]);
     }
 
     #[test]
@@ -816,5 +1047,300 @@ mod tests {
         u.note_without_copy(3);
         u.apply_to(&mut harvest);
         assert_eq!(harvest.counters, vec![(Counter::UserStackCopyDropped, 5)]);
+    }
+}
+
+/// The split over generated traces: threads whose operations share one frame-pointer entry,
+/// some copied and unwound to one of a few stacks, the others left to the copy budget.
+#[cfg(test)]
+mod properties {
+    use std::collections::HashMap;
+
+    use proptest::prelude::*;
+    use tracer_common::{
+        AggKey, AggValue, BlockKey, BlockValue, HolderKey, UserStackEvent, KIND_HOLD, KIND_WAIT,
+    };
+
+    use super::{Unwound, UnwoundStack};
+    use crate::model::histogram::{percentile, slot_bounds};
+    use crate::model::{build_report, invariants, report::TraceMeta, Harvest, RawEntry, Symbols};
+
+    /// One lock operation: its thread, length, the parts of it spent asleep and runnable (in
+    /// percent), and the stack its copy unwound to (None: not copied).
+    #[derive(Clone, Debug)]
+    struct Op {
+        thread: u32,
+        ns: u64,
+        asleep_pct: u64,
+        runnable_pct: u64,
+        unwound_to: Option<u64>,
+    }
+
+    impl Op {
+        fn sleeping_ns(&self) -> u64 {
+            self.ns * self.asleep_pct / 100
+        }
+        fn runnable_ns(&self) -> u64 {
+            (self.ns - self.sleeping_ns()) * self.runnable_pct / 100
+        }
+        fn uninterruptible_ns(&self) -> u64 {
+            self.sleeping_ns() / 2
+        }
+        fn contended_ns(&self) -> u64 {
+            self.ns / 3
+        }
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let ns = prop_oneof![
+            Just(0u64),
+            1u64..2_000,
+            2_000u64..2_000_000,
+            2_000_000u64..200_000_000,
+        ];
+        (
+            1u32..4,
+            ns,
+            0u64..=100,
+            0u64..=100,
+            proptest::option::weighted(0.4, 0u64..3),
+        )
+            .prop_map(|(thread, ns, asleep_pct, runnable_pct, unwound_to)| Op {
+                thread,
+                ns,
+                asleep_pct,
+                runnable_pct,
+                unwound_to,
+            })
+    }
+
+    /// The kernel's entry for `thread` (0: not collected per thread).
+    fn fp_key(thread: u32, kind: u8) -> AggKey {
+        AggKey {
+            pid: 7,
+            tid: thread,
+            kernel_stack: 3,
+            user_stack: 5,
+            kind,
+            ..AggKey::default()
+        }
+    }
+
+    /// The entries the kernel would hold, and the unwound events user space would have.
+    fn traced(ops: &[Op], per_thread: bool) -> (Harvest, Unwound) {
+        traced_as(ops, per_thread, KIND_HOLD)
+    }
+
+    fn traced_as(ops: &[Op], per_thread: bool, kind: u8) -> (Harvest, Unwound) {
+        let thread_of = |op: &Op| if per_thread { op.thread } else { 0 };
+        let mut values: HashMap<AggKey, AggValue> = HashMap::new();
+        let mut unwound = Unwound::default();
+        for op in ops {
+            let key = fp_key(thread_of(op), kind);
+            let value = values.entry(key).or_default();
+            value.add(op.ns);
+            value.sleeping_ns += op.sleeping_ns();
+            value.runnable_ns += op.runnable_ns();
+            value.uninterruptible_ns += op.uninterruptible_ns();
+            value.contended_ns += op.contended_ns();
+            if let Some(stack) = op.unwound_to {
+                let event = UserStackEvent {
+                    tid: op.thread,
+                    key,
+                    duration_ns: op.ns,
+                    contended_ns: op.contended_ns(),
+                    runnable_ns: op.runnable_ns(),
+                    sleeping_ns: op.sleeping_ns(),
+                    uninterruptible_ns: op.uninterruptible_ns(),
+                    ..UserStackEvent::default()
+                };
+                let addrs = vec![0x100 + stack, 0x200];
+                unwound.add(
+                    &event,
+                    UnwoundStack {
+                        addrs,
+                        truncated: false,
+                    },
+                );
+            }
+        }
+        let entries = values
+            .into_iter()
+            .map(|(key, value)| RawEntry {
+                key,
+                value,
+                max_is_upper_bound: false,
+            })
+            .collect();
+        let harvest = Harvest {
+            entries,
+            ..Harvest::default()
+        };
+        (harvest, unwound)
+    }
+
+    /// The figures of one entry that no split may break.
+    fn impossible_figures(v: &AggValue) -> Vec<&'static str> {
+        let mut broken = Vec::new();
+        let mut check = |holds: bool, what| {
+            if !holds {
+                broken.push(what);
+            }
+        };
+        check(v.hist.iter().sum::<u64>() == v.count, "histogram != count");
+        check(v.max_ns <= v.total_ns, "max > total");
+        check(v.total_ns / v.count.max(1) <= v.max_ns, "avg > max");
+        if let Some(low) = v.hist.iter().position(|&n| n > 0) {
+            check(
+                v.total_ns / v.count >= slot_bounds(low).0,
+                "avg below the lowest slot",
+            );
+        }
+        check(percentile(&v.hist, 0.99, v.max_ns) <= v.max_ns, "p99 > max");
+        check(v.contended_ns <= v.total_ns, "slow path > total");
+        check(
+            v.runnable_ns + v.sleeping_ns <= v.total_ns,
+            "off CPU > total",
+        );
+        check(v.uninterruptible_ns <= v.sleeping_ns, "D state > asleep");
+        broken
+    }
+
+    /// Everything of an entry but its user stack: what a split keeps.
+    fn whole_of(key: &AggKey) -> AggKey {
+        AggKey {
+            user_stack: 0,
+            ..*key
+        }
+    }
+
+    fn sums(entries: &[RawEntry]) -> HashMap<AggKey, AggValue> {
+        let mut sums: HashMap<AggKey, AggValue> = HashMap::new();
+        for e in entries {
+            let into = sums.entry(whole_of(&e.key)).or_default();
+            into.merge(&e.value);
+            into.max_ns = 0;
+        }
+        sums
+    }
+
+    proptest! {
+        #[test]
+        fn split_entries_have_possible_figures_and_keep_their_sums(
+            ops in proptest::collection::vec(op(), 1..200),
+            per_thread: bool,
+        ) {
+            let (mut harvest, unwound) = traced(&ops, per_thread);
+            let before = sums(&harvest.entries);
+            unwound.apply_to(&mut harvest);
+            for e in &harvest.entries {
+                prop_assert!(
+                    impossible_figures(&e.value).is_empty(),
+                    "{:?} in {:?}", impossible_figures(&e.value), e
+                );
+            }
+            prop_assert_eq!(sums(&harvest.entries), before);
+            let report = build_report(&harvest, &Symbols::new(), &TraceMeta::default());
+            // The kernel's totals would count what the entries hold: only the entries'
+            // figures are checked here.
+            let broken: Vec<String> = invariants::check(&report)
+                .into_iter()
+                .filter(|line| line.starts_with("entries["))
+                .collect();
+            prop_assert!(broken.is_empty(), "{:#?}", broken);
+        }
+
+        #[test]
+        fn a_stack_keeps_its_copied_maximum_and_exact_parts_stay_exact(
+            ops in proptest::collection::vec(op(), 1..200),
+            per_thread: bool,
+        ) {
+            let (mut harvest, unwound) = traced(&ops, per_thread);
+            unwound.apply_to(&mut harvest);
+            for e in &harvest.entries {
+                let Some(stack) = harvest.stacks.get(&e.key.user_stack) else {
+                    continue;
+                };
+                let copied = ops
+                    .iter()
+                    .filter(|op| op.unwound_to.map(|s| 0x100 + s) == Some(stack[0]))
+                    .filter(|op| !per_thread || op.thread == e.key.tid);
+                let longest = copied.clone().map(|op| op.ns).max().unwrap_or(0);
+                prop_assert!(e.value.max_ns >= longest, "{} < {longest}: {:?}", e.value.max_ns, e);
+                let estimated = harvest.estimated_user_stacks.contains(&e.key);
+                if !e.max_is_upper_bound && estimated {
+                    // Exact although spread: it got every operation of its entry.
+                    let of_entry = ops.iter().filter(|op| !per_thread || op.thread == e.key.tid);
+                    prop_assert_eq!(e.value.max_ns, of_entry.clone().map(|op| op.ns).max().unwrap());
+                    prop_assert_eq!(e.value.count, of_entry.count() as u64);
+                } else if !e.max_is_upper_bound {
+                    prop_assert_eq!(e.value.max_ns, longest);
+                    prop_assert_eq!(e.value.count, copied.count() as u64);
+                }
+            }
+        }
+
+        #[test]
+        fn no_thread_gets_more_operations_than_it_made(
+            ops in proptest::collection::vec(op(), 1..200),
+        ) {
+            let (mut harvest, unwound) = traced(&ops, true);
+            unwound.apply_to(&mut harvest);
+            for thread in 1..4 {
+                let made = ops.iter().filter(|op| op.thread == thread).count() as u64;
+                let given: u64 = harvest
+                    .entries
+                    .iter()
+                    .filter(|e| e.key.tid == thread)
+                    .map(|e| e.value.count)
+                    .sum();
+                prop_assert_eq!(given, made, "thread {}", thread);
+                // Nor any stack more of a thread's operations than the thread made there.
+                for e in harvest.entries.iter().filter(|e| e.key.tid == thread) {
+                    prop_assert!(e.value.count <= made);
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn no_split_wait_is_charged_more_waiting_behind_holders_than_it_waited(
+            ops in proptest::collection::vec(op(), 1..100),
+            // Each record's share of the wait, in per mille: together at most all of it.
+            shares in proptest::collection::vec(0u64..400, 1..6),
+        ) {
+            let (mut harvest, unwound) = traced_as(&ops, false, KIND_WAIT);
+            let waiter = harvest.entries[0].key;
+            let waited = harvest.entries[0].value.total_ns;
+            let scale = shares.iter().sum::<u64>().max(1000);
+            harvest.blocked = shares
+                .iter()
+                .enumerate()
+                .map(|(holder, share)| {
+                    let key = BlockKey {
+                        waiter,
+                        holder: HolderKey { tid: 100 + holder as u32, ..HolderKey::default() },
+                    };
+                    let wait_ns = (waited as u128 * *share as u128 / scale as u128) as u64;
+                    (key, BlockValue { count: 1 + *share % 3, wait_ns })
+                })
+                .collect();
+            let charged = |blocked: &[(BlockKey, BlockValue)]| {
+                blocked.iter().fold((0, 0), |(c, w), (_, v)| (c + v.count, w + v.wait_ns))
+            };
+            let before = charged(&harvest.blocked);
+            unwound.apply_to(&mut harvest);
+            prop_assert_eq!(charged(&harvest.blocked), before);
+            for e in &harvest.entries {
+                let behind: u64 = harvest
+                    .blocked
+                    .iter()
+                    .filter(|(k, _)| k.waiter == e.key)
+                    .map(|(_, v)| v.wait_ns)
+                    .sum();
+                prop_assert!(behind <= e.value.total_ns, "{} > {}: {:?}", behind, e.value.total_ns, e);
+            }
+        }
     }
 }

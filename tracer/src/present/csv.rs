@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 
 use crate::model::report::{Entry, Report};
 
-pub const HEADER: [&str; 27] = [
+pub const HEADER: [&str; 29] = [
     "kind",
     "mode",
     "cause",
@@ -40,6 +40,10 @@ pub const HEADER: [&str; 27] = [
     "blocked_others_wait_ns",
     // Added after the others, so that readers by position keep working: the name of `pid`.
     "comm",
+    // `max_ns` is an upper bound, not the exact maximum; and the entry holds a proportional
+    // share of events whose user stacks were not copied.
+    "max_is_upper_bound",
+    "user_stack_estimated",
 ];
 
 /// `kind` of the rows that carry a lost-event counter.
@@ -112,6 +116,8 @@ fn row(e: &Entry) -> impl Iterator<Item = String> {
         optional_ns(e.offcpu.as_ref().map(|o| o.uninterruptible_ns)),
         optional_ns(e.blocked_others.as_ref().map(|b| b.wait_ns)),
         e.comm.clone().unwrap_or_default(),
+        e.max_is_upper_bound.to_string(),
+        e.user_stack_estimated.to_string(),
     ]
     .into_iter()
 }
@@ -177,7 +183,7 @@ mod tests {
         assert_eq!(
             lines[1],
             "hold,write,munmap,1,40000000,40000000,40000000,40000000,40000000,42,,,false,,,true,fp,\
-             munmap <- scan_file <- __vm_munmap <- do_syscall_64,,,,40000000,0,0,0,0,app"
+             munmap <- scan_file <- __vm_munmap <- do_syscall_64,,,,40000000,0,0,0,0,app,false,false"
         );
         assert!(
             lines.iter().any(|l| l.contains(",true,9,cat,true,")),
@@ -194,7 +200,7 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         // The munmap hold: off CPU 15 ms running, 5 runnable, 20 asleep (15 in D); caused 750 µs.
         assert!(
-            lines[1].ends_with(",,,,15000000,5000000,20000000,15000000,750000,app"),
+            lines[1].ends_with(",,,,15000000,5000000,20000000,15000000,750000,app,false,false"),
             "{}",
             lines[1]
         );
@@ -233,6 +239,18 @@ mod tests {
             !render(&no_losses).contains("\nlost,"),
             "zero counters stay out"
         );
+    }
+
+    #[test]
+    fn a_split_entry_says_its_maximum_is_a_bound_and_its_share_an_estimate() {
+        let (harvest, symbols, meta) = sample();
+        let mut report = build_report(&harvest, &symbols, &meta);
+        report.entries[0].max_is_upper_bound = true;
+        report.entries[0].user_stack_estimated = true;
+        let text = render(&report);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[1].ends_with(",app,true,true"), "{}", lines[1]);
+        assert!(lines[2].ends_with(",false,false"), "{}", lines[2]);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use crate::model::unwound::UserStackKind;
 
 use crate::model::{
     report::{Entry, Report},
-    Frame,
+    Cause, Frame,
 };
 
 use super::{escaped, human_ns, unnamed_frame};
@@ -117,21 +117,7 @@ fn processes(out: &mut String, r: &Report, top: usize) {
 
 fn faults_and_syscalls(out: &mut String, r: &Report) {
     if r.features.faults {
-        let f = &r.faults;
-        let _ = writeln!(
-            out,
-            "\nPage faults: {} by the {}; mmap_lock taken {} times by faults that fell back \
-             from the per-VMA lock; {} filemap faults, {} of them under mmap_lock",
-            f.total,
-            if r.target.system_wide {
-                "traced processes"
-            } else {
-                "target"
-            },
-            f.took_mmap_lock,
-            f.filemap,
-            f.filemap_under_mmap_lock
-        );
+        faults(out, r);
     }
     if !r.features.syscalls || r.syscalls.values().all(|s| s.count == 0) {
         return;
@@ -156,6 +142,41 @@ fn faults_and_syscalls(out: &mut String, r: &Report) {
             human_ns(s.lock_hold_ns)
         );
     }
+}
+
+/// The fault figures, each saying which faults it counts: the /proc total counts every fault,
+/// the kernel's counter only user-mode ones (an exception entry), and the "page fault" cause
+/// rows both, kernel-mode ones told by their kernel stack.
+fn faults(out: &mut String, r: &Report) {
+    let f = &r.faults;
+    let who = if r.target.system_wide {
+        "traced processes"
+    } else {
+        "target"
+    };
+    let _ = writeln!(
+        out,
+        "\nPage faults: {} by the {who} (minor + major, in user mode and in the kernel, from /proc)",
+        f.total
+    );
+    let _ = writeln!(
+        out,
+        "  user-mode faults that fell back from the per-VMA lock: took mmap_lock {} times (each \
+         retry counts), held it {} times",
+        f.took_mmap_lock, f.user_mode_holds
+    );
+    let _ = writeln!(
+        out,
+        "  kernel-mode faults (inside a syscall, e.g. copy_to_user in read(); no per-VMA lock): \
+         held mmap_lock {} times, counting holds with a kernel stack only (the others are in \
+         `no stack (short)`)",
+        f.kernel_mode_holds
+    );
+    let _ = writeln!(
+        out,
+        "  filemap faults: {}, {} of them under mmap_lock",
+        f.filemap, f.filemap_under_mmap_lock
+    );
 }
 
 fn outside_wait(r: &Report) -> u64 {
@@ -195,7 +216,14 @@ fn causes(out: &mut String, r: &Report) {
             human_ns(c.total_ns),
             human_ns(c.avg_ns),
             human_ns(c.p99_ns),
-            human_ns(c.max_ns)
+            bounded_ns(c.max_ns, c.max_is_upper_bound)
+        );
+    }
+    if r.causes.iter().any(|c| c.cause == Cause::PageFault) {
+        let _ = writeln!(
+            out,
+            "(page fault: any fault that took mmap_lock, user-mode or in the kernel; see Page \
+             faults above)"
         );
     }
 }
@@ -218,11 +246,13 @@ fn ms(ns: u64) -> f64 {
 }
 
 fn block(out: &mut String, e: &Entry, threshold_ns: u64, name_process: bool) {
+    // `≤`: the maximum is an upper bound (see `max_bound`).
     let _ = writeln!(
         out,
-        "\n=====> Total: {:.3} ms, average: {:.3} ms, max: {:.3} ms, p99: {:.3} ms, times: {}  [{}]",
+        "\n=====> Total: {:.3} ms, average: {:.3} ms, max: {}{:.3} ms, p99: {:.3} ms, times: {}  [{}]",
         ms(e.total_ns),
         ms(e.avg_ns),
+        max_bound(e),
         ms(e.max_ns),
         ms(e.p99_ns),
         e.count,
@@ -262,6 +292,26 @@ fn block(out: &mut String, e: &Entry, threshold_ns: u64, name_process: bool) {
             human_ns(caused.wait_ns),
             caused.count
         );
+    }
+}
+
+/// A duration, `≤` first when it is only an upper bound.
+fn bounded_ns(ns: u64, upper_bound: bool) -> String {
+    if upper_bound {
+        format!("≤{}", human_ns(ns))
+    } else {
+        human_ns(ns)
+    }
+}
+
+/// `≤` before a maximum that is only an upper bound: part of an entry whose uncopied events
+/// were spread over its unwound stacks (the part may not hold the longest one), or a
+/// frame-pointer entry whose longest event moved to an unwound one.
+fn max_bound(e: &Entry) -> &'static str {
+    if e.max_is_upper_bound {
+        "≤"
+    } else {
+        ""
     }
 }
 
@@ -569,7 +619,11 @@ mod tests {
         let (harvest, symbols, meta) = attributed();
         let text = render(&build_report(&harvest, &symbols, &meta), 10);
         for line in [
-            "Page faults: 1000 by the target; mmap_lock taken 3 times by faults that fell back from the per-VMA lock; 10 filemap faults, 1 of them under mmap_lock",
+            "Page faults: 1000 by the target (minor + major, in user mode and in the kernel, from /proc)\n  \
+             user-mode faults that fell back from the per-VMA lock: took mmap_lock 3 times (each retry counts), held it 2 times\n  \
+             kernel-mode faults (inside a syscall, e.g. copy_to_user in read(); no per-VMA lock): held mmap_lock 1 times, counting holds with a kernel stack only (the others are in `no stack (short)`)\n  \
+             filemap faults: 10, 1 of them under mmap_lock\n",
+            "(page fault: any fault that took mmap_lock, user-mode or in the kernel; see Page faults above)",
             "munmap            2   50.00 ms   25.00 ms      8.00 ms     40.00 ms",
             "--> waited behind: 75% (750.0 µs) a write hold [munmap], tid 7",
             "      === /usr/bin/app (munmap)",
@@ -581,6 +635,28 @@ mod tests {
         ] {
             assert!(text.contains(line), "missing {line:?} in:\n{text}");
         }
+    }
+
+    #[test]
+    fn a_maximum_known_only_as_a_bound_is_marked() {
+        let (harvest, symbols, meta) = sample();
+        let mut report = build_report(&harvest, &symbols, &meta);
+        report.entries[0].max_is_upper_bound = true;
+        let text = render(&report, 10);
+        assert!(
+            text.contains("=====> Total: 40.000 ms, average: 40.000 ms, max: ≤40.000 ms, p99:"),
+            "{text}"
+        );
+        assert!(
+            text.contains("=====> Total: 8.000 ms, average: 4.000 ms, max: 5.000 ms,"),
+            "an exact maximum has no mark: {text}"
+        );
+        report.causes = crate::model::report::cause_rows(&report.entries);
+        let text = render(&report, 10);
+        assert!(
+            text.contains("munmap            hold  write          1   40.00 ms   40.00 ms   40.00 ms  ≤40.00 ms"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -682,7 +758,7 @@ mod tests {
         meta.system_wide = true;
         let text = render(&build_report(&harvest, &symbols, &meta), 10);
         assert!(
-            text.contains("Page faults: 1000 by the traced processes;"),
+            text.contains("Page faults: 1000 by the traced processes (minor + major"),
             "{text}"
         );
     }
