@@ -363,6 +363,7 @@ pub struct Config {
     /// The tracer's own tgid: its events are ignored except to discover a target's mm.
     pub tracer_tgid: u32,
     /// Non-zero: key aggregation by thread id.
+    /// 0, PER_THREAD_ALWAYS or PER_THREAD_WHILE_ROOM.
     pub per_thread: u32,
     /// Non-zero: take user stacks too.
     pub user_stacks: u32,
@@ -416,10 +417,11 @@ pub struct Config {
     pub task_active_mm_offset: u32,
     pub task_signal_offset: u32,
     pub signal_live_offset: u32,
-    /// Once the BLOCKED map holds this many keys, holders are charged by stack without their
-    /// thread id (unless per-thread): keys that grow with the target's thread count would fill
-    /// it on a target of thousands of threads, losing the charges themselves.
-    pub blocked_fold_at: u32,
+    /// Once AGG or BLOCKED holds this many keys, new keys drop their thread ids (unless
+    /// per-thread rows were asked for, PER_THREAD_ALWAYS): keys that grow with the target's
+    /// thread count would fill them on a target of thousands of threads, losing the durations
+    /// and charges themselves.
+    pub fold_threads_at: u32,
     /// offsetof(struct task_struct, start_time) (CLOCK_MONOTONIC ns): at sched_process_exit,
     /// how long an exiting target thread lived inside the trace.
     pub task_start_time_offset: u32,
@@ -430,6 +432,16 @@ pub struct Config {
 /// while it ran, and their number.
 pub const EXITED_LIFETIME_NS: u32 = 0;
 pub const EXITED_THREADS: u32 = 1;
+
+/// `Config::per_thread`: entries keyed by thread always (the user asked for per-thread rows),
+/// or while the maps have room (collected per thread for the live view and for splitting copied
+/// stacks, merged afterwards: a key without its thread loses nothing once merged).
+pub const PER_THREAD_ALWAYS: u32 = 1;
+pub const PER_THREAD_WHILE_ROOM: u32 = 2;
+
+/// Slots of the KEY_COUNTS array: keys inserted into AGG and into BLOCKED.
+pub const KEYS_AGG: u32 = 0;
+pub const KEYS_BLOCKED: u32 = 1;
 
 /// The floor of `Config::late_stack_threshold_ns` (unless stacks are asked for everything):
 /// an operation this long costs its waiters far more than the walk does.
@@ -495,7 +507,7 @@ impl Config {
         task_active_mm_offset: 0,
         task_signal_offset: 0,
         signal_live_offset: 0,
-        blocked_fold_at: 0,
+        fold_threads_at: 0,
         task_start_time_offset: 0,
         _pad2: 0,
     };

@@ -10,10 +10,13 @@ use tracer_common::{
 use core::ptr::addr_of_mut;
 
 use aya_ebpf::{macros::map, maps::Array};
-use tracer_common::FAST_TARGETS;
+use tracer_common::{FAST_TARGETS, KEYS_BLOCKED};
 
 use crate::{
-    maps::{atomic_add, config, count, slot_of, BLOCKED, FULL_BLOCKED, HOLDERS, HOLDER_INFO},
+    maps::{
+        atomic_add, count, count_key, keeps_thread, slot_of, BLOCKED, FULL_BLOCKED, HOLDERS,
+        HOLDER_INFO,
+    },
     target::{Locker, NO_SLOT},
 };
 
@@ -143,30 +146,28 @@ pub fn charge(waiter: &AggKey, blockers: &Blockers, wait_ns: u64) {
     }
 }
 
-/// Keys BLOCKED holds, as inserted here (a racing insert of the same key counts twice: an
-/// over-estimate folds a little early, never late).
-#[map]
-static BLOCKED_KEYS: Array<u64> = Array::with_max_entries(1, 0);
-
-/// The BLOCKED value of `key`, inserted if new; once the map is crowded a new key's holder is
-/// folded to its stack (thread id 0), a key that later holders of the same stack share.
+/// The BLOCKED value of `key`, inserted if new. Once the map is crowded a new key drops its
+/// thread ids (holder's and waiter's, unless per-thread rows were asked for): a key that the
+/// same stacks share from then on, whatever the thread.
 #[inline(always)]
 fn block_value(mut key: BlockKey) -> Option<*mut BlockValue> {
     if let Some(value) = BLOCKED.get_ptr_mut(&key) {
         return Some(value);
     }
-    let keys = BLOCKED_KEYS.get_ptr_mut(0)?;
-    let cfg = config();
-    let crowded = unsafe { *keys } >= cfg.blocked_fold_at as u64;
-    if crowded && cfg.per_thread == 0 && key.holder.outside_pid == 0 && key.holder.tid != 0 {
-        key.holder.tid = 0;
+    if !keeps_thread(KEYS_BLOCKED) {
+        if key.holder.outside_pid == 0 {
+            key.holder.tid = 0;
+        }
+        if key.waiter.locker_pid == 0 {
+            key.waiter.tid = 0;
+        }
         if let Some(value) = BLOCKED.get_ptr_mut(&key) {
             return Some(value);
         }
     }
     let zero = BlockValue::default();
     let value = slot_of(&BLOCKED, &key, &zero, FULL_BLOCKED, Counter::BlockedMapFull)?;
-    atomic_add(keys, 1);
+    count_key(KEYS_BLOCKED);
     Some(value)
 }
 

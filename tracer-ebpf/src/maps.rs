@@ -12,7 +12,7 @@ use core::{
 use tracer_common::{
     log2_slot, AggKey, AggValue, BlockKey, BlockValue, Config, Counter, HoldId, HolderKey, Holders,
     LockState, ModeTotals, SleepKey, StateKey, SyscallState, SyscallTotals, COUNTER_SLOTS,
-    FAULT_SLOTS, HIST_SLOTS, MM_SYSCALLS, TOTALS_SLOTS,
+    FAULT_SLOTS, HIST_SLOTS, MM_SYSCALLS, PER_THREAD_ALWAYS, PER_THREAD_WHILE_ROOM, TOTALS_SLOTS,
 };
 
 /// Overridden by user space at load time (`EbpfLoader::set_global`).
@@ -115,6 +115,31 @@ pub static FAULT_COUNTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(FAULT_
 /// operations (thousands a second on a busy target).
 #[map]
 pub static ARMED: Array<u32> = Array::with_max_entries(1, 0);
+
+/// Keys inserted into AGG and BLOCKED (KEYS_AGG, KEYS_BLOCKED), counted at insert: a racing
+/// insert of the same key counts twice, so the count folds a little early, never late.
+#[map]
+pub static KEY_COUNTS: Array<u64> = Array::with_max_entries(2, 0);
+
+/// Whether a new key of the map counted in `slot` keeps the locking thread's id.
+#[inline(always)]
+pub fn keeps_thread(slot: u32) -> bool {
+    let cfg = config();
+    match cfg.per_thread {
+        PER_THREAD_ALWAYS => true,
+        PER_THREAD_WHILE_ROOM => KEY_COUNTS
+            .get(slot)
+            .is_some_and(|keys| *keys < cfg.fold_threads_at as u64),
+        _ => false,
+    }
+}
+
+#[inline(always)]
+pub fn count_key(slot: u32) {
+    if let Some(keys) = KEY_COUNTS.get_ptr_mut(slot) {
+        atomic_add(keys, 1);
+    }
+}
 
 /// When the trace was armed (bpf_ktime_get_ns clock), set by user space just before ARMED.
 #[map]

@@ -15,8 +15,8 @@ use core::ptr::addr_of_mut;
 
 use tracer_common::{
     totals_index, AggKey, AggValue, Counter, Effects, HoldId, HolderKey, LockEvent, LockState,
-    ModeTotals, SleepKey, StateKey, KIND_HOLD, KIND_WAIT, LAST_HOLD, MODE_READ, MODE_WRITE,
-    NO_STACK,
+    ModeTotals, SleepKey, StateKey, KEYS_AGG, KIND_HOLD, KIND_WAIT, LAST_HOLD, MODE_READ,
+    MODE_WRITE, NO_STACK,
 };
 
 use crate::{
@@ -24,8 +24,8 @@ use crate::{
     context::LockContext,
     faults, lean,
     maps::{
-        add_duration, armed, atomic_add, config, count, slot_of, AGG, FULL_AGG, FULL_SLEEPS,
-        HOLDER_INFO, LOCK_STATE, SLEEPS, STACKS, TID_HOLDING, TOTALS,
+        add_duration, armed, atomic_add, config, count, count_key, keeps_thread, slot_of, AGG,
+        FULL_AGG, FULL_SLEEPS, HOLDER_INFO, LOCK_STATE, SLEEPS, STACKS, TID_HOLDING, TOTALS,
     },
     syscalls,
     target::{classify, fatal_signal_pending, Locker, NO_SLOT},
@@ -497,7 +497,7 @@ fn aggregate<C: LockContext>(
     };
     let key = AggKey {
         pid: locker.pid,
-        tid: if cfg.per_thread != 0 || locker.outside_pid != 0 {
+        tid: if locker.outside_pid != 0 || keeps_thread(KEYS_AGG) {
             locker.tid
         } else {
             0
@@ -510,11 +510,22 @@ fn aggregate<C: LockContext>(
         syscall: reason.syscall,
         fault: reason.fault,
     };
-    if let Some(value) = slot_of(&AGG, &key, &AggValue::ZERO, FULL_AGG, Counter::AggMapFull) {
+    if let Some(value) = agg_value(&key) {
         add_duration(value, ns);
         extra(value);
     }
     key
+}
+
+/// The AGG value of `key`, inserted (and counted, for folding thread ids) if new.
+#[inline(always)]
+fn agg_value(key: &AggKey) -> Option<*mut AggValue> {
+    if let Some(value) = AGG.get_ptr_mut(key) {
+        return Some(value);
+    }
+    let value = slot_of(&AGG, key, &AggValue::ZERO, FULL_AGG, Counter::AggMapFull)?;
+    count_key(KEYS_AGG);
+    Some(value)
 }
 
 /// The current kernel stack, and the user stack unless --no-user-stacks.

@@ -80,6 +80,7 @@ pub fn run(mut cli: Cli) -> Result<i32> {
         stack_threshold_ns: cli.stack_threshold(),
         attribution: !cli.lean,
         per_thread,
+        per_thread_required: cli.per_thread,
         user_stacks: cli.user_stack() != UserStackArg::None,
         max_entries: cli.max_entries,
         max_stacks: cli.max_stacks,

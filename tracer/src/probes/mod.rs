@@ -24,7 +24,8 @@ use aya::{
 use tracer_common::{
     lean_agg_index, totals_index, AggKey, AggValue, Config, Counter, FastTargets, LockState,
     ModeTotals, StateKey, SyscallTotals, COUNTER_SLOTS, EXITED_LIFETIME_NS, EXITED_THREADS,
-    FAST_TARGETS, KIND_HOLD, KIND_WAIT, MODE_READ, MODE_WRITE, NO_STACK, TOTALS_SLOTS,
+    FAST_TARGETS, KIND_HOLD, KIND_WAIT, MODE_READ, MODE_WRITE, NO_STACK, PER_THREAD_ALWAYS,
+    PER_THREAD_WHILE_ROOM, TOTALS_SLOTS,
 };
 
 use self::timeline::TimelineReader;
@@ -45,7 +46,10 @@ pub struct ProbeSettings {
     pub stack_threshold_ns: u64,
     /// Fault, syscall, holder and off-CPU attribution (all but `--lean`).
     pub attribution: bool,
+    /// Entries collected per thread while the maps have room (merged afterwards unless
+    /// `per_thread_required`: the user asked for per-thread rows, kept whatever the cost).
     pub per_thread: bool,
+    pub per_thread_required: bool,
     pub user_stacks: bool,
     pub max_entries: u32,
     pub max_stacks: u32,
@@ -174,10 +178,14 @@ impl Probes {
             mm_mmap_lock_offset: offsets.mm_mmap_lock,
             stack_threshold_ns: settings.stack_threshold_ns,
             late_stack_threshold_ns: late_stack_threshold(settings.stack_threshold_ns),
-            blocked_fold_at: blocked_fold_at(settings.max_entries),
+            fold_threads_at: fold_threads_at(settings.max_entries),
             attribution: settings.attribution as u32,
             tracer_tgid: std::process::id(),
-            per_thread: settings.per_thread as u32,
+            per_thread: match (settings.per_thread_required, settings.per_thread) {
+                (true, _) => PER_THREAD_ALWAYS,
+                (false, true) => PER_THREAD_WHILE_ROOM,
+                (false, false) => 0,
+            },
             user_stacks: settings.user_stacks as u32,
             timeline_threshold_ns: settings.timeline_threshold_ns,
             system_wide: settings.system_wide as u32,
@@ -421,9 +429,9 @@ fn holder_records(threads: usize) -> u32 {
     (threads.saturating_mul(16)).clamp(8192, 131_072) as u32
 }
 
-/// BLOCKED (as large as AGG) folds holder thread ids away once three quarters full, keeping
-/// room for the folded keys.
-fn blocked_fold_at(capacity: u32) -> u32 {
+/// AGG and BLOCKED (as large) fold thread ids away once three quarters full, keeping room for
+/// the folded keys.
+fn fold_threads_at(capacity: u32) -> u32 {
     capacity - capacity / 4
 }
 
