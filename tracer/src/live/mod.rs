@@ -138,10 +138,14 @@ impl Sink for LiveView {
     }
 }
 
+/// How long the input thread waits for a terminal event before looking at its stop flag:
+/// leaving the view waits for it, and a 100 ms slice added that much to the exit after `q`.
+const INPUT_POLL: Duration = Duration::from_millis(20);
+
 /// Forwards key presses and resizes until told to stop (polling, so that it can stop).
 fn forward_terminal_events(to_ui: &Sender<Input>, stop: &AtomicBool) {
     while !stop.load(Ordering::Relaxed) {
-        match event::poll(Duration::from_millis(100)) {
+        match event::poll(INPUT_POLL) {
             Ok(false) => continue,
             Ok(true) => {}
             Err(_) => return,

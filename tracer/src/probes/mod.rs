@@ -17,7 +17,7 @@ use std::collections::{HashMap, HashSet};
 use anyhow::{anyhow, bail, Context as _, Result};
 use aya::{
     maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, StackTraceMap},
-    programs::TracePoint,
+    programs::{trace_point::TracePointLink, TracePoint},
     Ebpf, EbpfLoader, Pod,
 };
 use tracer_common::{
@@ -100,6 +100,33 @@ pub struct Probes {
     lean_array: bool,
     /// Keeps the kernel counting the programs' runs.
     run_stats: self_cost::RunTimeStats,
+    classic_links: ClassicLinks,
+}
+
+/// The classic tracepoints' links, held apart from their programs so that they are closed
+/// together. Closing one waits for the kernel's RCU grace periods
+/// (tracepoint_synchronize_unregister, ~70 ms on a busy machine); one after another, the
+/// syscall and fault tracepoints delayed the tracer's exit by a second or more after `q`.
+/// Waits from several threads share their grace periods.
+#[derive(Default)]
+pub struct ClassicLinks(Vec<TracePointLink>);
+
+impl ClassicLinks {
+    fn close_together(&mut self) {
+        let links = std::mem::take(&mut self.0);
+        std::thread::scope(|scope| {
+            for link in links {
+                scope.spawn(move || drop(link));
+            }
+        });
+    }
+}
+
+impl Drop for Probes {
+    fn drop(&mut self) {
+        // Before the programs and maps: the links hold the programs attached.
+        self.classic_links.close_together();
+    }
 }
 
 /// The program `name` of the object, as the kind `P` it must be.
@@ -120,6 +147,7 @@ fn attach_tracepoints(
     tracefs: &Tracefs,
     name: &str,
     tps: &[Needed],
+    links: &mut ClassicLinks,
 ) -> Result<bool> {
     if let Some(missing) = tps.iter().find(|tp| !tracefs.has(tp)) {
         log::warn!(
@@ -135,12 +163,13 @@ fn attach_tracepoints(
         .load()
         .map_err(|e| explain_permission(anyhow!(e), &format!("loading {name}")))?;
     for tp in tps {
-        program.attach(tp.category, tp.name).map_err(|e| {
+        let id = program.attach(tp.category, tp.name).map_err(|e| {
             explain_permission(
                 anyhow!(e),
                 &format!("attaching {}:{}", tp.category, tp.name),
             )
         })?;
+        links.0.push(program.take_link(id)?);
     }
     Ok(true)
 }
@@ -215,12 +244,14 @@ impl Probes {
         };
         let classic = settings.classic_tracepoints;
         let lock_tracepoints = mmap_lock::attach(&mut ebpf, offsets, classic)?;
+        let mut classic_links = ClassicLinks::default();
+        let links = &mut classic_links;
         let features = if settings.attribution {
             Features {
                 lock_tracepoints,
-                contention: contention::attach(&mut ebpf, tracefs, classic)?,
-                faults: faults::attach(&mut ebpf, tracefs, config.user_regs_known != 0)?,
-                syscalls: syscalls::attach(&mut ebpf, tracefs)?,
+                contention: contention::attach(&mut ebpf, tracefs, classic, links)?,
+                faults: faults::attach(&mut ebpf, tracefs, config.user_regs_known != 0, links)?,
+                syscalls: syscalls::attach(&mut ebpf, tracefs, links)?,
                 offcpu: sched::attach(&mut ebpf)?,
             }
         } else {
@@ -237,6 +268,7 @@ impl Probes {
             slots: settings.target_slots.then(Vec::new),
             lean_array: settings.target_slots && !settings.attribution && !settings.per_thread,
             run_stats: self_cost::RunTimeStats::enable(),
+            classic_links,
         })
     }
 
