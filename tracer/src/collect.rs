@@ -3,10 +3,12 @@
 //! interval printer). It ends on the duration, a signal, the targets' exit, or the view's quit.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
 use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::Notify;
 use tracer_common::FAULTS_USER;
 
 use crate::model::unwound::{splice, PendingCopies, StackRecord, Unwound};
@@ -125,6 +127,12 @@ pub enum Flow {
 /// probes to snapshot when it is time.
 pub trait Sink {
     fn on_tick(&mut self, probes: &Probes, watch: &Watch) -> Result<Flow>;
+
+    /// Notified when the sink wants its next tick now rather than at the next TICK (the live
+    /// view's `q`: waiting for the tick added up to 100 ms to the exit).
+    fn wakeup(&self) -> Option<Arc<Notify>> {
+        None
+    }
 }
 
 /// Shows nothing (a single report at the end).
@@ -178,6 +186,7 @@ pub async fn watch_until_done(
         started: Some(start),
         ..Watch::default()
     };
+    let wakeup = sink.wakeup().unwrap_or_default();
     let mut last_sample = Instant::now();
     let mut last_mappings: Option<Instant> = None;
     loop {
@@ -214,6 +223,7 @@ pub async fn watch_until_done(
         }
         tokio::select! {
             _ = tick.tick() => {}
+            _ = wakeup.notified() => {}
             _ = interrupt.recv() => { watch.ended_by = "SIGINT"; break }
             _ = terminate.recv() => { watch.ended_by = "SIGTERM"; break }
             _ = hangup.recv() => { watch.ended_by = "SIGHUP"; break }

@@ -21,6 +21,7 @@ use ratatui::{
     crossterm::event::{self, Event, KeyEvent, KeyEventKind},
     Terminal,
 };
+use tokio::sync::Notify;
 
 use crate::collect::{Flow, Sink, Watch, Windows};
 use crate::model::LiveSnapshot;
@@ -47,6 +48,7 @@ pub struct LiveView {
     ui: Option<JoinHandle<Result<()>>>,
     input_stop: Arc<AtomicBool>,
     input: Option<JoinHandle<()>>,
+    wakeup: Arc<Notify>,
 }
 
 impl LiveView {
@@ -63,12 +65,19 @@ impl LiveView {
                 .name("live-input".into())
                 .spawn(move || forward_terminal_events(&to_ui, &stop))?
         };
-        let ui = std::thread::Builder::new()
-            .name("live-ui".into())
-            .spawn(move || {
-                let mut state = ViewState::new(every, per_thread);
-                run_ui(&mut terminal, &inputs, &to_collector, &mut state)
-            })?;
+        let wakeup = Arc::new(Notify::new());
+        let ui = {
+            let wakeup = Arc::clone(&wakeup);
+            std::thread::Builder::new()
+                .name("live-ui".into())
+                .spawn(move || {
+                    let mut state = ViewState::new(every, per_thread);
+                    let ended = run_ui(&mut terminal, &inputs, &to_collector, &mut state);
+                    // The collector stops at once rather than at its next tick.
+                    wakeup.notify_one();
+                    ended
+                })?
+        };
         Ok(Self {
             windows,
             every,
@@ -81,6 +90,7 @@ impl LiveView {
             ui: Some(ui),
             input_stop,
             input: Some(input),
+            wakeup,
         })
     }
 
@@ -135,6 +145,10 @@ impl Sink for LiveView {
             let _ = self.to_ui.send(Input::Data(Box::new(snapshot)));
         }
         Ok(Flow::Continue)
+    }
+
+    fn wakeup(&self) -> Option<Arc<Notify>> {
+        Some(Arc::clone(&self.wakeup))
     }
 }
 
