@@ -492,9 +492,17 @@ fn tell_apart(rows: &[usize], depth: usize, walks: &[Vec<&Frame>], labels: &mut 
         for part in parts.values() {
             // A stack that ends here is told apart by having nothing more to show.
             if let Some(frame) = walks[part[0]].get(depth) {
-                let name = parting_name(frame, &frames);
+                // Rows told apart so far share their label: the first one stands for all.
+                let label = &labels[part[0]];
+                let at_naming_frame = *label == short_name(frame);
+                let name = parting_name(frame, &frames, at_naming_frame);
+                let label = if at_naming_frame {
+                    name
+                } else {
+                    format!("{label} ‹ {name}")
+                };
                 for &i in part {
-                    labels[i] = format!("{} ‹ {name}", labels[i]);
+                    labels[i] = label.clone();
                 }
             }
         }
@@ -504,29 +512,32 @@ fn tell_apart(rows: &[usize], depth: usize, walks: &[Vec<&Frame>], labels: &mut 
     }
 }
 
-/// A frame's short name, with its place in the function when another frame where the stacks
-/// part has the same name (two calls from one function).
-fn parting_name(frame: &Frame, siblings: &[&Frame]) -> String {
-    let short = |f: &Frame| match &f.symbol {
+fn short_name(f: &Frame) -> String {
+    match &f.symbol {
         Some(symbol) => last_path_segment(symbol).to_string(),
         None => short_frame(f),
-    };
-    let name = short(frame);
-    let clash = siblings
+    }
+}
+
+/// A frame's short name, with its place in the function when another frame where the stacks
+/// part has the same name (two calls from one function) or when `placed` (the stacks part at
+/// the frame that names the row: its name alone would not change the label).
+fn parting_name(frame: &Frame, siblings: &[&Frame], placed: bool) -> String {
+    let name = short_name(frame);
+    let namesakes: Vec<&&Frame> = siblings
         .iter()
-        .any(|other| frame_key(other) != frame_key(frame) && short(other) == name);
-    if !clash {
+        .filter(|o| frame_key(o) != frame_key(frame) && short_name(o) == name)
+        .collect();
+    if namesakes.is_empty() && !placed {
         return name;
     }
     match (frame.line, frame.offset) {
-        (Some(line), _)
-            if siblings
-                .iter()
-                .all(|o| o.line != Some(line) || frame_key(o) == frame_key(frame)) =>
-        {
+        (Some(line), _) if namesakes.iter().all(|o| o.line != Some(line)) => {
             format!("{name}:{line}")
         }
-        (_, Some(offset)) => format!("{name}+{offset:#x}"),
+        (_, Some(offset)) if namesakes.iter().all(|o| o.offset != Some(offset)) => {
+            format!("{name}+{offset:#x}")
+        }
         _ => format!("{name}@{:#x}", frame.addr),
     }
 }
@@ -991,11 +1002,21 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn stacks_parting_at_the_naming_frame_show_where_in_it() {
+        let mut a = entry_with(&["app::memory::touch_pages", "churn_once"]);
+        let mut b = a.clone();
+        a.frames[0] = user_frame("app::memory::touch_pages", 0x3086);
+        b.frames[0] = user_frame("app::memory::touch_pages", 0x308a);
+        assert_eq!(labels_of(&[a, b]), ["touch_pages+0x86", "touch_pages+0x8a"]);
+    }
+
+    #[test]
     fn different_stacks_never_share_a_label() {
         // Every stack of up to three frames over three names, under one best frame: the
         // stacks part at different depths, end early (one a prefix of another), or cross
-        // ([a, b, c], [a, c, x], [a, b, x]).
-        let names = ["a", "b", "c"];
+        // ([a, b, c], [a, c, x], [a, b, x]), or part at a frame named like the row (another
+        // place in the naming function, or a namesake elsewhere).
+        let names = ["a", "b", "other::mmap_checked"];
         let mut stacks: Vec<Vec<&str>> = vec![vec![]];
         for _ in 0..3 {
             let longer: Vec<Vec<&str>> = stacks
