@@ -104,28 +104,32 @@ pub struct Probes {
 }
 
 /// The classic tracepoints' links, held apart from their programs so that they are closed
-/// together. Closing one waits for the kernel's RCU grace periods
-/// (tracepoint_synchronize_unregister, ~70 ms on a busy machine); one after another, the
-/// syscall and fault tracepoints delayed the tracer's exit by a second or more after `q`.
-/// Waits from several threads share their grace periods.
+/// in the background. Closing one waits for the kernel's RCU grace periods
+/// (perf_trace_event_unreg -> tracepoint_synchronize_unregister, 50-100 ms, under a mutex the
+/// closes share); one after another, the syscall and fault tracepoints delayed the tracer's
+/// exit by a second or more after `q`. Closed from threads of their own, some closes share a
+/// grace period, and the final report is built and written meanwhile: the programs are
+/// disarmed by then, and the process does not end before every close has.
 #[derive(Default)]
 pub struct ClassicLinks(Vec<TracePointLink>);
 
 impl ClassicLinks {
-    fn close_together(&mut self) {
-        let links = std::mem::take(&mut self.0);
-        std::thread::scope(|scope| {
-            for link in links {
-                scope.spawn(move || drop(link));
+    fn close_in_background(&mut self) {
+        for link in std::mem::take(&mut self.0) {
+            let spawned = std::thread::Builder::new()
+                .name("detach".into())
+                .spawn(move || drop(link));
+            // A thread that cannot start drops its closure, and the link with it, here.
+            if let Err(err) = spawned {
+                log::debug!("closed a tracepoint link in the foreground: {err}");
             }
-        });
+        }
     }
 }
 
 impl Drop for Probes {
     fn drop(&mut self) {
-        // Before the programs and maps: the links hold the programs attached.
-        self.classic_links.close_together();
+        self.classic_links.close_in_background();
     }
 }
 
