@@ -3,10 +3,12 @@
 //! interval printer). It ends on the duration, a signal, the targets' exit, or the view's quit.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
 use tokio::signal::unix::{signal, Signal, SignalKind};
+use tokio::sync::Notify;
 use tracer_common::FAULTS_USER;
 
 use crate::model::thread_time::thread_time_ns;
@@ -128,6 +130,12 @@ pub enum Flow {
 /// probes to snapshot when it is time.
 pub trait Sink {
     fn on_tick(&mut self, probes: &Probes, watch: &Watch) -> Result<Flow>;
+
+    /// Notified when the sink wants its next tick now rather than at the next TICK (the live
+    /// view's `q`: waiting for the tick added up to 100 ms to the exit).
+    fn wakeup(&self) -> Option<Arc<Notify>> {
+        None
+    }
 }
 
 /// Shows nothing (a single report at the end).
@@ -220,6 +228,7 @@ pub async fn watch_until_done(
         started: Some(start),
         ..Watch::default()
     };
+    let wakeup = sink.wakeup().unwrap_or_default();
     let mut last_mappings: Option<Instant> = None;
     loop {
         let now = Instant::now();
@@ -262,6 +271,7 @@ pub async fn watch_until_done(
         }
         tokio::select! {
             _ = tick.tick() => {}
+            _ = wakeup.notified() => {}
             signal = stops.next() => { watch.ended_by = signal; break }
         }
     }

@@ -63,12 +63,15 @@ pub fn for_tracing(command: &str, build: bool) -> Result<()> {
 }
 
 /// Installs what `cargo xtask test` needs beyond building when it runs as root: Debian's perf,
-/// which the coexistence tests run beside the tracer.
+/// which the coexistence tests run beside the tracer, and tmux, the terminal in which the live
+/// view's tests run it.
 pub fn for_tests() -> Result<()> {
     if !is_root() {
         return Ok(());
     }
-    packages_only().ensure_apt_package("linux-perf")
+    let mut setup = packages_only();
+    setup.ensure_apt_package("linux-perf")?;
+    setup.ensure_apt_package("tmux")
 }
 
 /// A setup that only installs Debian packages.

@@ -4,7 +4,9 @@ use ratatui::{
     layout::{Constraint, Layout, Rect},
     style::{Color, Modifier, Style},
     text::{Line, Span},
-    widgets::{Block, Borders, Cell, Clear, Paragraph, Row as TableRow, Table, TableState},
+    widgets::{
+        Block, Borders, Clear, HighlightSpacing, Paragraph, Row as TableRow, Table, TableState,
+    },
     Frame,
 };
 
@@ -181,76 +183,173 @@ fn view_line(state: &ViewState, s: &LiveSnapshot) -> String {
     )
 }
 
+/// A table column: one of the sortable ones, the thread, or the stack (always last).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TableColumn {
+    Sorted(Column),
+    Thread,
+    Stack,
+}
+
+/// The columns that give way when the table is too narrow for all of them with their values,
+/// least telling first (avg is total / count; the stack pane shows the rest). Kind and total
+/// always stay.
+const GIVE_WAY: [TableColumn; 8] = [
+    TableColumn::Sorted(Column::Avg),
+    TableColumn::Sorted(Column::P99),
+    TableColumn::Sorted(Column::Share),
+    TableColumn::Sorted(Column::Cause),
+    TableColumn::Sorted(Column::Count),
+    TableColumn::Sorted(Column::Mode),
+    TableColumn::Thread,
+    TableColumn::Sorted(Column::Max),
+];
+
+/// The stack column's least width; it takes whatever the others leave.
+const STACK_MIN: u16 = 12;
+const COLUMN_SPACING: u16 = 1;
+/// The selection mark's column.
+const MARK_WIDTH: u16 = 1;
+
+/// Which columns to show in `available` cells, each as wide as its widest cell (`needed`, in
+/// display order, the stack last): columns give way in GIVE_WAY order until the rest fit
+/// beside a stack column of STACK_MIN, so that no number or unit is ever cut.
+fn fit_columns(needed: &[(TableColumn, u16)], available: u16) -> Vec<(TableColumn, u16)> {
+    let mut kept: Vec<(TableColumn, u16)> = needed.to_vec();
+    let width = |kept: &[(TableColumn, u16)]| -> u16 {
+        kept.iter()
+            .map(|&(c, w)| {
+                if c == TableColumn::Stack {
+                    STACK_MIN
+                } else {
+                    w
+                }
+            })
+            .sum::<u16>()
+            + COLUMN_SPACING * kept.len().saturating_sub(1) as u16
+            + MARK_WIDTH
+    };
+    for column in GIVE_WAY {
+        if width(&kept) <= available {
+            break;
+        }
+        kept.retain(|&(c, _)| c != column);
+    }
+    kept
+}
+
+/// Times are as wide as the widest `human_ns` under 1000 s ("999.99 ms"), so that columns do
+/// not move as the values change.
+fn steady_width(column: TableColumn) -> u16 {
+    match column {
+        TableColumn::Sorted(Column::Total | Column::Avg | Column::P99) => 9,
+        TableColumn::Sorted(Column::Max) => 10,
+        _ => 0,
+    }
+}
+
+fn text_width(text: &str) -> u16 {
+    Line::from(text).width() as u16
+}
+
 fn draw_table(frame: &mut Frame, area: Rect, state: &ViewState, rows: &[Row]) {
     let per_thread = state.snapshot().is_some_and(|s| s.per_thread);
-    let mut titles: Vec<Cell> = Column::ALL
+    let mut columns: Vec<TableColumn> = Column::ALL
         .iter()
-        .map(|&c| {
-            let mark = if c == state.sort {
-                if state.descending {
-                    "▼"
-                } else {
-                    "▲"
-                }
-            } else {
-                ""
-            };
-            Cell::from(format!("{}{mark}", c.title()))
-        })
+        .map(|&c| TableColumn::Sorted(c))
         .collect();
     if per_thread {
-        titles.push(Cell::from("thread"));
+        columns.push(TableColumn::Thread);
     }
-    titles.push(Cell::from(match state.grouping {
-        Grouping::Stack => "stack (Enter: full stack)",
-        Grouping::Cause => "stacks",
-    }));
-    let mut widths = vec![
-        Constraint::Length(5),
-        Constraint::Length(6),
-        Constraint::Length(17),
-        Constraint::Length(8),
-        Constraint::Length(10),
-        Constraint::Length(10),
-        Constraint::Length(10),
-        Constraint::Length(11),
-        Constraint::Length(7),
-    ];
-    if per_thread {
-        widths.push(Constraint::Length(20));
-    }
-    widths.push(Constraint::Min(10));
-    let body: Vec<TableRow> = rows.iter().map(|r| table_row(r, per_thread)).collect();
+    columns.push(TableColumn::Stack);
+    let title = |c: TableColumn| match c {
+        TableColumn::Sorted(c) => {
+            let mark = match (c == state.sort, state.descending) {
+                (false, _) => "",
+                (true, true) => "▼",
+                (true, false) => "▲",
+            };
+            format!("{}{mark}", c.title())
+        }
+        TableColumn::Thread => "thread".to_string(),
+        TableColumn::Stack => match state.grouping {
+            Grouping::Stack => "stack (Enter: full stack)".to_string(),
+            Grouping::Cause => "stacks".to_string(),
+        },
+    };
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| columns.iter().map(|&c| cell_text(r, c)).collect())
+        .collect();
+    let needed: Vec<(TableColumn, u16)> = columns
+        .iter()
+        .enumerate()
+        .map(|(i, &c)| {
+            let widest = cells
+                .iter()
+                .map(|row| text_width(&row[i]))
+                .max()
+                .unwrap_or(0);
+            (c, widest.max(text_width(&title(c))).max(steady_width(c)))
+        })
+        .collect();
+    let kept = fit_columns(&needed, area.width);
+    let shown = |row: &[String]| -> Vec<String> {
+        columns
+            .iter()
+            .zip(row)
+            .filter(|(c, _)| kept.iter().any(|(k, _)| k == *c))
+            .map(|(_, text)| text.clone())
+            .collect()
+    };
+    let titles: Vec<String> = shown(&columns.iter().map(|&c| title(c)).collect::<Vec<_>>());
+    let widths: Vec<Constraint> = kept
+        .iter()
+        .map(|&(c, w)| match c {
+            TableColumn::Stack => Constraint::Min(STACK_MIN),
+            _ => Constraint::Length(w),
+        })
+        .collect();
+    let body: Vec<TableRow> = rows
+        .iter()
+        .zip(&cells)
+        .map(|(r, texts)| {
+            let style = match r.kind {
+                Kind::Wait => Style::new(),
+                Kind::Hold => Style::new().fg(Color::Cyan),
+            };
+            TableRow::new(shown(texts)).style(style)
+        })
+        .collect();
     let table = Table::new(body, widths)
         .header(TableRow::new(titles).style(Style::new().add_modifier(Modifier::REVERSED)))
+        .column_spacing(COLUMN_SPACING)
         .row_highlight_style(Style::new().bg(Color::Blue).fg(Color::White))
-        .highlight_symbol("›");
+        .highlight_symbol("›")
+        // The mark's column stays when no row is selected (an empty table after a reset),
+        // so the header does not move.
+        .highlight_spacing(HighlightSpacing::Always);
     let mut table_state =
         TableState::default().with_selected((!rows.is_empty()).then_some(state.selected()));
     frame.render_stateful_widget(table, area, &mut table_state);
 }
 
-fn table_row(r: &Row, per_thread: bool) -> TableRow<'static> {
-    let mut cells = vec![
-        r.kind.label().to_string(),
-        r.mode.label().to_string(),
-        r.cause.label().to_string(),
-        r.count.to_string(),
-        human_ns(r.total_ns),
-        human_ns(r.avg_ns),
-        human_ns(r.p99_ns),
-        max_text(r.max_ns, r.max_is_upper_bound),
-        format!("{:.1}%", r.share * 100.0),
-    ];
-    if per_thread {
-        cells.push(r.thread.clone().unwrap_or_default());
+fn cell_text(r: &Row, column: TableColumn) -> String {
+    match column {
+        TableColumn::Sorted(c) => match c {
+            Column::Kind => r.kind.label().to_string(),
+            Column::Mode => r.mode.label().to_string(),
+            Column::Cause => r.cause.label().to_string(),
+            Column::Count => r.count.to_string(),
+            Column::Total => human_ns(r.total_ns),
+            Column::Avg => human_ns(r.avg_ns),
+            Column::P99 => human_ns(r.p99_ns),
+            Column::Max => max_text(r.max_ns, r.max_is_upper_bound),
+            Column::Share => format!("{:.1}%", r.share * 100.0),
+        },
+        TableColumn::Thread => r.thread.clone().unwrap_or_default(),
+        TableColumn::Stack => r.place.clone(),
     }
-    cells.push(r.place.clone());
-    let style = match r.kind {
-        Kind::Wait => Style::new(),
-        Kind::Hold => Style::new().fg(Color::Cyan),
-    };
-    TableRow::new(cells).style(style)
 }
 
 fn draw_stack_pane(frame: &mut Frame, area: Rect, row: Option<&Row>) {

@@ -21,6 +21,7 @@ use ratatui::{
     crossterm::event::{self, Event, KeyEvent, KeyEventKind},
     Terminal,
 };
+use tokio::sync::Notify;
 
 use crate::collect::{Flow, Sink, Watch, Windows};
 use crate::model::LiveSnapshot;
@@ -47,6 +48,7 @@ pub struct LiveView {
     ui: Option<JoinHandle<Result<()>>>,
     input_stop: Arc<AtomicBool>,
     input: Option<JoinHandle<()>>,
+    wakeup: Arc<Notify>,
 }
 
 impl LiveView {
@@ -63,12 +65,19 @@ impl LiveView {
                 .name("live-input".into())
                 .spawn(move || forward_terminal_events(&to_ui, &stop))?
         };
-        let ui = std::thread::Builder::new()
-            .name("live-ui".into())
-            .spawn(move || {
-                let mut state = ViewState::new(every, per_thread);
-                run_ui(&mut terminal, &inputs, &to_collector, &mut state)
-            })?;
+        let wakeup = Arc::new(Notify::new());
+        let ui = {
+            let wakeup = Arc::clone(&wakeup);
+            std::thread::Builder::new()
+                .name("live-ui".into())
+                .spawn(move || {
+                    let mut state = ViewState::new(every, per_thread);
+                    let ended = run_ui(&mut terminal, &inputs, &to_collector, &mut state);
+                    // The collector stops at once rather than at its next tick.
+                    wakeup.notify_one();
+                    ended
+                })?
+        };
         Ok(Self {
             windows,
             every,
@@ -81,6 +90,7 @@ impl LiveView {
             ui: Some(ui),
             input_stop,
             input: Some(input),
+            wakeup,
         })
     }
 
@@ -136,12 +146,20 @@ impl Sink for LiveView {
         }
         Ok(Flow::Continue)
     }
+
+    fn wakeup(&self) -> Option<Arc<Notify>> {
+        Some(Arc::clone(&self.wakeup))
+    }
 }
+
+/// How long the input thread waits for a terminal event before looking at its stop flag:
+/// leaving the view waits for it, and a 100 ms slice added that much to the exit after `q`.
+const INPUT_POLL: Duration = Duration::from_millis(20);
 
 /// Forwards key presses and resizes until told to stop (polling, so that it can stop).
 fn forward_terminal_events(to_ui: &Sender<Input>, stop: &AtomicBool) {
     while !stop.load(Ordering::Relaxed) {
-        match event::poll(Duration::from_millis(100)) {
+        match event::poll(INPUT_POLL) {
             Ok(false) => continue,
             Ok(true) => {}
             Err(_) => return,
@@ -205,7 +223,15 @@ mod tests {
     /// Runs the UI over scripted inputs on a 120x30 test terminal; returns the screen and the
     /// commands it sent.
     fn script(inputs: Vec<Input>) -> (Terminal<TestBackend>, Vec<Command>) {
-        let mut terminal = Terminal::new(TestBackend::new(120, 30)).unwrap();
+        script_sized(120, 30, inputs)
+    }
+
+    fn script_sized(
+        width: u16,
+        height: u16,
+        inputs: Vec<Input>,
+    ) -> (Terminal<TestBackend>, Vec<Command>) {
+        let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
         let (tx, rx) = mpsc::channel();
         for input in inputs {
             tx.send(input).unwrap();
@@ -318,5 +344,68 @@ mod tests {
         let text = screen(&terminal);
         assert_eq!(text.lines().count(), 20);
         assert!(text.contains("mmapsem-trace  pid 42 (app)"), "{text}");
+    }
+
+    /// Whether every decimal number on a line is whole: followed by its unit, or a share.
+    fn cut_values(line: &str) -> Vec<String> {
+        let tokens: Vec<&str> = line.split_whitespace().collect();
+        let units = ["ns", "µs", "ms", "s"];
+        let mut cut = Vec::new();
+        for (i, token) in tokens.iter().enumerate() {
+            let number = token.trim_start_matches(['≤', '›']);
+            if !number.contains('.') || number.ends_with('%') || number.parse::<f64>().is_err() {
+                continue;
+            }
+            if !tokens.get(i + 1).is_some_and(|next| units.contains(next)) {
+                cut.push(format!("{token} {}", tokens.get(i + 1).unwrap_or(&"")));
+            }
+        }
+        cut
+    }
+
+    #[test]
+    fn narrow_terminals_drop_columns_but_never_cut_a_value() {
+        for (width, height) in [(80, 20), (70, 20), (60, 16), (100, 24), (160, 45)] {
+            for per_thread in [false, true] {
+                let mut snapshot = snapshot();
+                snapshot.per_thread = per_thread;
+                let (terminal, _) =
+                    script_sized(width, height, vec![Input::Data(Box::new(snapshot))]);
+                let text = screen(&terminal);
+                let table: Vec<&str> = text.lines().skip(6).take(6).collect();
+                assert!(
+                    table[0].contains("kind") && table[0].contains("total"),
+                    "{text}"
+                );
+                for line in &table {
+                    assert!(
+                        cut_values(line).is_empty(),
+                        "{width}x{height}: {:?}\n{text}",
+                        cut_values(line)
+                    );
+                }
+                assert!(table[1].contains("40.00 ms"), "{text}");
+                if width >= 160 {
+                    assert!(
+                        table[0].contains("avg") && table[0].contains("p99"),
+                        "{text}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_header_keeps_its_place_when_the_table_empties() {
+        let full = screen(&script_sized(80, 20, vec![data()]).0);
+        let mut empty = snapshot();
+        empty.cumulative.entries.clear();
+        let empty = screen(&script_sized(80, 20, vec![Input::Data(Box::new(empty))]).0);
+        let header = |text: &str| text.lines().nth(6).unwrap().to_string();
+        assert_eq!(
+            header(&full).find("kind"),
+            header(&empty).find("kind"),
+            "\n{full}\n{empty}"
+        );
     }
 }

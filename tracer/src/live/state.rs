@@ -9,7 +9,7 @@ use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use crate::model::{
     processes::UNKNOWN_COMM,
     report::{cause_rows, Entry, Kind, Mode, Report},
-    Cause, LiveSnapshot,
+    Cause, Frame, LiveSnapshot,
 };
 use crate::present::{escaped, short_frame, text::splits_by_process};
 
@@ -313,7 +313,11 @@ impl ViewState {
         };
         let entries: Vec<&Entry> = report.entries.iter().filter(|e| wanted(e.kind)).collect();
         let mut rows = match self.grouping {
-            Grouping::Stack => entries.iter().map(|e| stack_row(e, report)).collect(),
+            Grouping::Stack => entries
+                .iter()
+                .zip(stack_labels(&entries))
+                .map(|(e, label)| stack_row(e, label, report))
+                .collect(),
             Grouping::Cause => cause_group_rows(&entries, report),
         };
         self.sort_rows(&mut rows);
@@ -389,24 +393,156 @@ fn place(e: &Entry) -> String {
         .frames
         .iter()
         .filter(|f| !f.kernel && !is_libc(&f.module))
-        .filter_map(|f| f.symbol.clone())
+        .filter_map(|f| f.symbol.as_deref())
         .find(|symbol| !is_std(symbol));
     let kernel = || {
         e.frames
             .iter()
             .filter(|f| f.kernel)
-            .find_map(|f| f.symbol.clone())
+            .find_map(|f| f.symbol.as_deref())
     };
-    user.or_else(kernel).unwrap_or_else(|| {
-        if e.stack_collected {
-            "(unsymbolized)".into()
-        } else {
-            "(no stack: under the stack threshold)".into()
-        }
-    })
+    user.or_else(kernel)
+        .map(|symbol| last_path_segment(symbol).to_string())
+        .unwrap_or_else(|| {
+            if e.stack_collected {
+                "(unsymbolized)".into()
+            } else {
+                "(no stack: under the stack threshold)".into()
+            }
+        })
 }
 
-fn stack_row(e: &Entry, report: &Report) -> Row {
+/// `churn_once` of `mmapsem_workload::churn::churn_once`: the column is narrow, the stack pane
+/// has the full name. `::` inside `<...>` (a type's path) does not count.
+fn last_path_segment(symbol: &str) -> &str {
+    let mut depth = 0i32;
+    let mut start = 0;
+    let bytes = symbol.as_bytes();
+    for (i, &b) in bytes.iter().enumerate() {
+        match b {
+            b'<' => depth += 1,
+            b'>' => depth -= 1,
+            b':' if depth == 0 && i > 0 && bytes[i - 1] == b':' && i + 1 < bytes.len() => {
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    &symbol[start..]
+}
+
+/// What tells frames apart: where they are and what they are.
+type FrameKey<'a> = (bool, u64, Option<&'a str>);
+
+fn frame_key(f: &Frame) -> FrameKey<'_> {
+    (f.kernel, f.addr, f.symbol.as_deref())
+}
+
+/// The labels of the table's stack rows. Each row is named by its best frame (`place`); rows
+/// whose best frames coincide but whose stacks differ add, after ` ‹ `, the frame at which
+/// their stacks part, at each point where they do (walking the user frames from the innermost
+/// outward, then the kernel frames). So two rows with different stacks never share a label
+/// when a frame tells them apart, and rows with one stack (other threads, kinds, modes) keep
+/// one label.
+pub(crate) fn stack_labels(entries: &[&Entry]) -> Vec<String> {
+    let mut labels: Vec<String> = entries.iter().map(|e| place(e)).collect();
+    let walks: Vec<Vec<&Frame>> = entries
+        .iter()
+        .map(|e| {
+            let user = e.frames.iter().filter(|f| !f.kernel);
+            user.chain(e.frames.iter().filter(|f| f.kernel)).collect()
+        })
+        .collect();
+    let mut by_place: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (i, label) in labels.iter().enumerate() {
+        by_place.entry(label.clone()).or_default().push(i);
+    }
+    for rows in by_place.into_values() {
+        tell_apart(&rows, 0, &walks, &mut labels);
+    }
+    labels
+}
+
+/// Splits `rows` (stacks equal up to `depth`) by their frame at `depth`, naming the frame in
+/// each row's label when the rows part there, until each group holds a single stack.
+fn tell_apart(rows: &[usize], depth: usize, walks: &[Vec<&Frame>], labels: &mut [String]) {
+    let first = &walks[rows[0]];
+    let same = |i: &usize| {
+        let w = &walks[*i];
+        w.len() == first.len()
+            && w.iter()
+                .zip(first)
+                .all(|(a, b)| frame_key(a) == frame_key(b))
+    };
+    if rows.iter().all(same) {
+        return;
+    }
+    let mut parts: BTreeMap<Option<FrameKey>, Vec<usize>> = BTreeMap::new();
+    for &i in rows {
+        parts
+            .entry(walks[i].get(depth).map(|f| frame_key(f)))
+            .or_default()
+            .push(i);
+    }
+    if parts.len() > 1 {
+        let frames: Vec<&Frame> = parts
+            .values()
+            .filter_map(|part| walks[part[0]].get(depth).copied())
+            .collect();
+        for part in parts.values() {
+            // A stack that ends here is told apart by having nothing more to show.
+            if let Some(frame) = walks[part[0]].get(depth) {
+                // Rows told apart so far share their label: the first one stands for all.
+                let label = &labels[part[0]];
+                let at_naming_frame = *label == short_name(frame);
+                let name = parting_name(frame, &frames, at_naming_frame);
+                let label = if at_naming_frame {
+                    name
+                } else {
+                    format!("{label} ‹ {name}")
+                };
+                for &i in part {
+                    labels[i] = label.clone();
+                }
+            }
+        }
+    }
+    for part in parts.values() {
+        tell_apart(part, depth + 1, walks, labels);
+    }
+}
+
+fn short_name(f: &Frame) -> String {
+    match &f.symbol {
+        Some(symbol) => last_path_segment(symbol).to_string(),
+        None => short_frame(f),
+    }
+}
+
+/// A frame's short name, with its place in the function when another frame where the stacks
+/// part has the same name (two calls from one function) or when `placed` (the stacks part at
+/// the frame that names the row: its name alone would not change the label).
+fn parting_name(frame: &Frame, siblings: &[&Frame], placed: bool) -> String {
+    let name = short_name(frame);
+    let namesakes: Vec<&&Frame> = siblings
+        .iter()
+        .filter(|o| frame_key(o) != frame_key(frame) && short_name(o) == name)
+        .collect();
+    if namesakes.is_empty() && !placed {
+        return name;
+    }
+    match (frame.line, frame.offset) {
+        (Some(line), _) if namesakes.iter().all(|o| o.line != Some(line)) => {
+            format!("{name}:{line}")
+        }
+        (_, Some(offset)) if namesakes.iter().all(|o| o.offset != Some(offset)) => {
+            format!("{name}+{offset:#x}")
+        }
+        _ => format!("{name}@{:#x}", frame.addr),
+    }
+}
+
+fn stack_row(e: &Entry, label: String, report: &Report) -> Row {
     let addrs: Vec<String> = e.frames.iter().map(|f| format!("{:x}", f.addr)).collect();
     let id = format!(
         "{:?}/{:?}/{:?}/{}/{:?}/{:?}/{}",
@@ -433,8 +569,8 @@ fn stack_row(e: &Entry, report: &Report) -> Row {
         // Names the target controls, as the terminal must not see them.
         thread: thread_label(e).map(|t| escaped(&t).into_owned()),
         place: escaped(&match process_label(e, report) {
-            Some(process) => format!("{process}: {}", place(e)),
-            None => place(e),
+            Some(process) => format!("{process}: {label}"),
+            None => label,
         })
         .into_owned(),
         detail: stack_parts(e)
@@ -626,7 +762,7 @@ pub(crate) mod tests {
             wait_why.contains(&" 75% write hold [munmap] tid 7".to_string()),
             "{wait_why:?}"
         );
-        let row = stack_row(wait, &report);
+        let row = stack_row(wait, place(wait), &report);
         assert_eq!(row.detail.last().unwrap(), &wait_why, "a column of its own");
         // Entries without attribution keep the two stack columns only.
         let plain = report.entries.iter().find(|e| e.outside_locker).unwrap();
@@ -786,5 +922,146 @@ pub(crate) mod tests {
                 vec!["kernel frames:", "__vm_munmap", "do_syscall_64"]
             ]
         );
+    }
+
+    fn user_frame(symbol: &str, addr: u64) -> Frame {
+        Frame {
+            kernel: false,
+            module: "/usr/bin/app".into(),
+            symbol: Some(symbol.into()),
+            offset: Some(addr & 0xff),
+            addr,
+            ..Frame::default()
+        }
+    }
+
+    /// An entry whose user stack is `symbols`, innermost first (addresses from the names, so
+    /// one name is one place).
+    fn entry_with(symbols: &[&str]) -> Entry {
+        let mut e = snapshot().cumulative.entries[0].clone();
+        e.frames = symbols
+            .iter()
+            .map(|s| user_frame(s, 0x1000 + s.bytes().map(u64::from).sum::<u64>()))
+            .collect();
+        e
+    }
+
+    fn labels_of(entries: &[Entry]) -> Vec<String> {
+        stack_labels(&entries.iter().collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn rows_named_alike_show_the_caller_that_tells_them_apart() {
+        let callers = [
+            "map_region",
+            "grow_heap",
+            "load_file",
+            "map_stack",
+            "remap",
+            "reserve",
+        ];
+        let entries: Vec<Entry> = callers
+            .iter()
+            .map(|c| {
+                entry_with(&[
+                    "app::memory::mmap_checked",
+                    c,
+                    "app::churn::churn_once",
+                    "main",
+                ])
+            })
+            .collect();
+        let labels = labels_of(&entries);
+        for (label, caller) in labels.iter().zip(callers) {
+            assert_eq!(label, &format!("mmap_checked ‹ {caller}"));
+        }
+        // A row alone under its name keeps the name only.
+        assert_eq!(labels_of(&entries[..1]), ["mmap_checked"]);
+    }
+
+    #[test]
+    fn one_stack_keeps_one_label_across_kinds_and_threads() {
+        let mut hold = entry_with(&["mmap_checked", "map_region", "main"]);
+        hold.kind = Kind::Hold;
+        let wait = entry_with(&["mmap_checked", "map_region", "main"]);
+        let other = entry_with(&["mmap_checked", "remap", "main"]);
+        let labels = labels_of(&[hold, wait, other]);
+        assert_eq!(labels[0], labels[1]);
+        assert_ne!(labels[0], labels[2]);
+    }
+
+    #[test]
+    fn two_calls_from_one_function_are_told_apart_by_their_place_in_it() {
+        let mut a = entry_with(&["mmap_checked", "map_region", "main"]);
+        let mut b = a.clone();
+        a.frames[1] = user_frame("map_region", 0x2010);
+        b.frames[1] = user_frame("map_region", 0x2040);
+        let labels = labels_of(&[a, b]);
+        assert_eq!(
+            labels,
+            [
+                "mmap_checked ‹ map_region+0x10",
+                "mmap_checked ‹ map_region+0x40"
+            ]
+        );
+    }
+
+    #[test]
+    fn stacks_parting_at_the_naming_frame_show_where_in_it() {
+        let mut a = entry_with(&["app::memory::touch_pages", "churn_once"]);
+        let mut b = a.clone();
+        a.frames[0] = user_frame("app::memory::touch_pages", 0x3086);
+        b.frames[0] = user_frame("app::memory::touch_pages", 0x308a);
+        assert_eq!(labels_of(&[a, b]), ["touch_pages+0x86", "touch_pages+0x8a"]);
+    }
+
+    #[test]
+    fn different_stacks_never_share_a_label() {
+        // Every stack of up to three frames over three names, under one best frame: the
+        // stacks part at different depths, end early (one a prefix of another), or cross
+        // ([a, b, c], [a, c, x], [a, b, x]), or part at a frame named like the row (another
+        // place in the naming function, or a namesake elsewhere).
+        let names = ["a", "b", "other::mmap_checked"];
+        let mut stacks: Vec<Vec<&str>> = vec![vec![]];
+        for _ in 0..3 {
+            let longer: Vec<Vec<&str>> = stacks
+                .iter()
+                .filter(|s| s.len() == stacks.last().unwrap().len())
+                .flat_map(|s| {
+                    names.iter().map(move |n| {
+                        let mut s = s.clone();
+                        s.push(n);
+                        s
+                    })
+                })
+                .collect();
+            stacks.extend(longer);
+        }
+        let entries: Vec<Entry> = stacks
+            .iter()
+            .map(|tail| {
+                let mut symbols = vec!["mmap_checked"];
+                symbols.extend(tail);
+                entry_with(&symbols)
+            })
+            .collect();
+        assert_eq!(entries.len(), 1 + 3 + 9 + 27);
+        let labels = labels_of(&entries);
+        let unique: std::collections::HashSet<&String> = labels.iter().collect();
+        assert_eq!(unique.len(), labels.len(), "{labels:#?}");
+    }
+
+    #[test]
+    fn long_paths_are_cut_to_their_last_segment() {
+        assert_eq!(
+            last_path_segment("mmapsem_workload::churn::churn_once"),
+            "churn_once"
+        );
+        assert_eq!(
+            last_path_segment("<std::sys::thread::unix::Thread>::new::thread_start"),
+            "thread_start"
+        );
+        assert_eq!(last_path_segment("<Vec<u8> as Drop>::drop"), "drop");
+        assert_eq!(last_path_segment("munmap"), "munmap");
     }
 }

@@ -87,17 +87,22 @@ fn entry_since(now: &RawEntry, before: Option<&AggValue>) -> RawEntry {
         *n = now.value.hist[slot].saturating_sub(old.hist[slot]);
     }
     let new_record = now.value.max_ns > old.max_ns;
+    let count = now.value.count.saturating_sub(old.count);
     let total_ns = now.value.total_ns.saturating_sub(old.total_ns);
-    let max_ns = if new_record {
-        now.value.max_ns
+    // No operation of the window lasted longer than all of them together; a single one lasted
+    // exactly that. Without this cap a slot's top (up to twice the value) showed a maximum, and
+    // a p99 clamped to it, above the row's total.
+    let (max_ns, max_is_upper_bound) = if new_record {
+        (now.value.max_ns, false)
+    } else if count == 1 {
+        (total_ns, false)
     } else {
-        // No event of the interval is longer than the interval's total either.
-        highest_slot_top(&hist).min(old.max_ns).min(total_ns)
+        (highest_slot_top(&hist).min(old.max_ns).min(total_ns), true)
     };
     RawEntry {
         key: now.key,
         value: AggValue {
-            count: now.value.count.saturating_sub(old.count),
+            count,
             total_ns,
             max_ns,
             contended_ns: now.value.contended_ns.saturating_sub(old.contended_ns),
@@ -109,7 +114,7 @@ fn entry_since(now: &RawEntry, before: Option<&AggValue>) -> RawEntry {
                 .saturating_sub(old.uninterruptible_ns),
             hist,
         },
-        max_is_upper_bound: !new_record,
+        max_is_upper_bound,
     }
 }
 
@@ -238,6 +243,7 @@ fn merge_keyed<K: Copy + Eq + std::hash::Hash, V: Copy>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::histogram::percentile;
     use tracer_common::{log2_slot, Counter, KIND_HOLD, MODE_WRITE};
 
     fn entry(tid: u32, kind: u8, samples: &[u64]) -> RawEntry {
@@ -316,11 +322,11 @@ mod tests {
     #[test]
     fn an_old_record_leaves_an_upper_bound_from_the_histogram() {
         let before = harvest(vec![entry(0, KIND_WAIT, &[3_000_000])], 0);
-        let now = harvest(vec![entry(0, KIND_WAIT, &[3_000_000, 1_500, 1_600])], 0);
+        let now = harvest(vec![entry(0, KIND_WAIT, &[3_000_000, 1_500, 1_200])], 0);
         let d = since(&now, &before);
         let e = &d.entries[0];
         assert!(e.max_is_upper_bound);
-        // 1500 and 1600 lie in [1024, 2048): the bound is 2047, not the 3 ms record.
+        // 1500 and 1200 lie in [1024, 2048): the bound is 2047, not the 3 ms record.
         assert_eq!(e.value.max_ns, 2_047);
     }
 
@@ -329,9 +335,10 @@ mod tests {
         let before = harvest(vec![entry(0, KIND_WAIT, &[3_000_000])], 0);
         let now = harvest(vec![entry(0, KIND_WAIT, &[3_000_000, 1_500])], 0);
         let e = &since(&now, &before).entries[0];
-        // The top of 1500's slot is 2047, but the interval's one wait took 1500 ns in all.
+        // The top of 1500's slot is 2047, but the interval's one wait took 1500 ns in all:
+        // exactly its maximum.
         assert_eq!((e.value.total_ns, e.value.max_ns), (1_500, 1_500));
-        assert!(e.max_is_upper_bound);
+        assert!(!e.max_is_upper_bound);
     }
 
     #[test]
@@ -347,6 +354,32 @@ mod tests {
         let merged = without_threads(&harvest(vec![bound, exact_top], 0));
         assert_eq!(merged.entries[0].value.max_ns, 50);
         assert!(!merged.entries[0].max_is_upper_bound, "50 is exact");
+    }
+
+    #[test]
+    fn a_single_operation_in_the_window_is_its_own_exact_max() {
+        // After a reset, one more wait of 1.1 µs under a 3 ms record: its slot's top (2047)
+        // was shown as the max, and the p99 with it, above the row's 1.1 µs total.
+        let before = harvest(vec![entry(0, KIND_WAIT, &[3_000_000])], 0);
+        let now = harvest(vec![entry(0, KIND_WAIT, &[3_000_000, 1_100])], 0);
+        let d = since(&now, &before);
+        let e = &d.entries[0];
+        assert_eq!((e.value.count, e.value.total_ns), (1, 1_100));
+        assert_eq!(e.value.max_ns, 1_100);
+        assert!(!e.max_is_upper_bound);
+        assert_eq!(percentile(&e.value.hist, 0.99, e.value.max_ns), 1_100);
+    }
+
+    #[test]
+    fn an_upper_bound_max_never_exceeds_the_window_total() {
+        // 600 and 1100 ns: the highest slot's top is 2047, but together they took 1700.
+        let before = harvest(vec![entry(0, KIND_WAIT, &[3_000_000])], 0);
+        let now = harvest(vec![entry(0, KIND_WAIT, &[3_000_000, 600, 1_100])], 0);
+        let e = &since(&now, &before).entries[0];
+        assert!(e.max_is_upper_bound);
+        assert_eq!(e.value.max_ns, 1_700);
+        let p99 = percentile(&e.value.hist, 0.99, e.value.max_ns);
+        assert!(p99 <= e.value.max_ns && p99 >= 1_100, "p99={p99}");
     }
 
     #[test]

@@ -15,7 +15,12 @@ pub fn configure(tracefs: &Tracefs, config: &mut Config) -> Result<()> {
     Ok(())
 }
 
-pub fn attach(ebpf: &mut Ebpf, tracefs: &Tracefs, force_classic: bool) -> Result<bool> {
+pub fn attach(
+    ebpf: &mut Ebpf,
+    tracefs: &Tracefs,
+    force_classic: bool,
+    links: &mut super::ClassicLinks,
+) -> Result<bool> {
     let present = tracefs.has(&CONTENTION_BEGIN) && tracefs.has(&CONTENTION_END);
     if present && !force_classic {
         match load_btf(ebpf) {
@@ -35,10 +40,13 @@ pub fn attach(ebpf: &mut Ebpf, tracefs: &Tracefs, force_classic: bool) -> Result
             Err(err) => log::debug!("lock contention as BTF tracepoints: {err:#}"),
         }
     }
-    Ok(
-        super::attach_tracepoints(ebpf, tracefs, "contention_begin", &[CONTENTION_BEGIN])?
-            && super::attach_tracepoints(ebpf, tracefs, "contention_end", &[CONTENTION_END])?,
-    )
+    Ok(super::attach_tracepoints(
+        ebpf,
+        tracefs,
+        "contention_begin",
+        &[CONTENTION_BEGIN],
+        links,
+    )? && super::attach_tracepoints(ebpf, tracefs, "contention_end", &[CONTENTION_END], links)?)
 }
 
 const BTF_PROGRAMS: [(&str, &str); 2] = [

@@ -8,12 +8,17 @@ use aya::Ebpf;
 use crate::system::tracefs::{Tracefs, FILEMAP_FAULT};
 
 /// Whether fault attribution is available: it needs the saved-register offsets from BTF.
-pub fn attach(ebpf: &mut Ebpf, tracefs: &Tracefs, user_regs_known: bool) -> Result<bool> {
+pub fn attach(
+    ebpf: &mut Ebpf,
+    tracefs: &Tracefs,
+    user_regs_known: bool,
+    links: &mut super::ClassicLinks,
+) -> Result<bool> {
     if !user_regs_known {
         log::warn!("kernel BTF lacks task_struct.stack or struct pt_regs: no fault attribution");
         return Ok(false);
     }
     // filemap faults are extra detail: their absence does not disable fault attribution.
-    super::attach_tracepoints(ebpf, tracefs, "mm_filemap_fault", &[FILEMAP_FAULT])?;
+    super::attach_tracepoints(ebpf, tracefs, "mm_filemap_fault", &[FILEMAP_FAULT], links)?;
     Ok(true)
 }

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context as _, Result};
 use aya::{
     maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, StackTraceMap},
-    programs::TracePoint,
+    programs::{trace_point::TracePointLink, TracePoint},
     Ebpf, EbpfLoader, Pod,
 };
 use tracer_common::{
@@ -115,6 +115,37 @@ pub struct Probes {
     run_stats: self_cost::RunTimeStats,
     /// When the trace started (monotonic ns; 0 until set_trace_start).
     trace_start_ns: u64,
+    classic_links: ClassicLinks,
+}
+
+/// The classic tracepoints' links, held apart from their programs so that they are closed
+/// in the background. Closing one waits for the kernel's RCU grace periods
+/// (perf_trace_event_unreg -> tracepoint_synchronize_unregister, 50-100 ms, under a mutex the
+/// closes share); one after another, the syscall and fault tracepoints delayed the tracer's
+/// exit by a second or more after `q`. Closed from threads of their own, some closes share a
+/// grace period, and the final report is built and written meanwhile: the programs are
+/// disarmed by then, and the process does not end before every close has.
+#[derive(Default)]
+pub struct ClassicLinks(Vec<TracePointLink>);
+
+impl ClassicLinks {
+    fn close_in_background(&mut self) {
+        for link in std::mem::take(&mut self.0) {
+            let spawned = std::thread::Builder::new()
+                .name("detach".into())
+                .spawn(move || drop(link));
+            // A thread that cannot start drops its closure, and the link with it, here.
+            if let Err(err) = spawned {
+                log::debug!("closed a tracepoint link in the foreground: {err}");
+            }
+        }
+    }
+}
+
+impl Drop for Probes {
+    fn drop(&mut self) {
+        self.classic_links.close_in_background();
+    }
 }
 
 /// The program `name` of the object, as the kind `P` it must be.
@@ -135,6 +166,7 @@ fn attach_tracepoints(
     tracefs: &Tracefs,
     name: &str,
     tps: &[Needed],
+    links: &mut ClassicLinks,
 ) -> Result<bool> {
     if let Some(missing) = tps.iter().find(|tp| !tracefs.has(tp)) {
         log::warn!(
@@ -150,12 +182,13 @@ fn attach_tracepoints(
         .load()
         .map_err(|e| explain_permission(anyhow!(e), &format!("loading {name}")))?;
     for tp in tps {
-        program.attach(tp.category, tp.name).map_err(|e| {
+        let id = program.attach(tp.category, tp.name).map_err(|e| {
             explain_permission(
                 anyhow!(e),
                 &format!("attaching {}:{}", tp.category, tp.name),
             )
         })?;
+        links.0.push(program.take_link(id)?);
     }
     Ok(true)
 }
@@ -241,12 +274,14 @@ impl Probes {
         };
         let classic = settings.classic_tracepoints;
         let lock_tracepoints = mmap_lock::attach(&mut ebpf, offsets, classic)?;
+        let mut classic_links = ClassicLinks::default();
+        let links = &mut classic_links;
         let features = if settings.attribution {
             Features {
                 lock_tracepoints,
-                contention: contention::attach(&mut ebpf, tracefs, classic)?,
-                faults: faults::attach(&mut ebpf, tracefs, config.user_regs_known != 0)?,
-                syscalls: syscalls::attach(&mut ebpf, tracefs)?,
+                contention: contention::attach(&mut ebpf, tracefs, classic, links)?,
+                faults: faults::attach(&mut ebpf, tracefs, config.user_regs_known != 0, links)?,
+                syscalls: syscalls::attach(&mut ebpf, tracefs, links)?,
                 offcpu: sched::attach(&mut ebpf)?,
             }
         } else {
@@ -264,6 +299,7 @@ impl Probes {
             lean_array: settings.target_slots && !settings.attribution && !settings.per_thread,
             run_stats: self_cost::RunTimeStats::enable(),
             trace_start_ns: 0,
+            classic_links,
         })
     }
 

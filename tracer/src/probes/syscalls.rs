@@ -27,7 +27,7 @@ pub fn configure(tracefs: &Tracefs, config: &mut Config) -> Result<()> {
     Ok(())
 }
 
-pub fn attach(ebpf: &mut Ebpf, tracefs: &Tracefs) -> Result<bool> {
+pub fn attach(ebpf: &mut Ebpf, tracefs: &Tracefs, links: &mut super::ClassicLinks) -> Result<bool> {
     let enters: Vec<_> = MM_SYSCALL_TRACEPOINTS
         .iter()
         .map(|(enter, _)| *enter)
@@ -37,7 +37,7 @@ pub fn attach(ebpf: &mut Ebpf, tracefs: &Tracefs) -> Result<bool> {
         .map(|(_, exit)| *exit)
         .collect();
     Ok(
-        super::attach_tracepoints(ebpf, tracefs, "mm_syscall_exit", &exits)?
-            && super::attach_tracepoints(ebpf, tracefs, "mm_syscall_enter", &enters)?,
+        super::attach_tracepoints(ebpf, tracefs, "mm_syscall_exit", &exits, links)?
+            && super::attach_tracepoints(ebpf, tracefs, "mm_syscall_enter", &enters, links)?,
     )
 }
