@@ -425,6 +425,10 @@ pub struct Config {
     /// offsetof(struct task_struct, start_time) (CLOCK_MONOTONIC ns): at sched_process_exit,
     /// how long an exiting target thread lived inside the trace.
     pub task_start_time_offset: u32,
+    /// offsetof(struct task_struct, tgid), for sched_process_fork's child.
+    pub task_tgid_offset: u32,
+    /// Non-zero with `-- CMD`: the processes a target forks are targets too (until they exit).
+    pub inherit: u32,
     pub _pad2: u32,
 }
 
@@ -509,6 +513,8 @@ impl Config {
         signal_live_offset: 0,
         fold_threads_at: 0,
         task_start_time_offset: 0,
+        task_tgid_offset: 0,
+        inherit: 0,
         _pad2: 0,
     };
 }
@@ -820,11 +826,11 @@ mod tests {
     #[test]
     fn config_has_no_implicit_padding() {
         // 3 x TracepointFields (16) + 8 x u32 + 6 x i32 + u64 + 4 x u32 + 2 x u64 + 14 x u32
-        // + u64 + 6 x u32: every field is explicit, so the kernel and user space read the same
+        // + u64 + 8 x u32: every field is explicit, so the kernel and user space read the same
         // bytes.
         assert_eq!(
             core::mem::size_of::<Config>(),
-            48 + 32 + 24 + 8 + 16 + 16 + 56 + 8 + 24
+            48 + 32 + 24 + 8 + 16 + 16 + 56 + 8 + 32
         );
         assert_eq!(core::mem::align_of::<Config>(), 8);
         assert_eq!(core::mem::offset_of!(Config, stack_threshold_ns), 104);

@@ -91,7 +91,9 @@ pub fn classify(mm: u64) -> Option<Locker> {
         // A target thread may lock another process's mm (reading its /proc files): only its own
         // mm is a target mm.
         if current_mm(cfg.task_mm_offset) == mm {
-            register(mm, tgid, false);
+            // Inherited children are named, as in system-wide mode: they may exit before the
+            // report names them.
+            register(mm, tgid, cfg.inherit != 0);
             return Some(own_lock(tgid, tid));
         }
         return None;
@@ -353,6 +355,13 @@ pub fn sched_process_exit(_ctx: BtfTracePointContext) -> i32 {
     if owns_target_mm {
         let _ = TARGET_MMS.remove(&mm);
     }
+    if cfg.inherit != 0 {
+        // An inherited child is a target no longer (the command itself stays listed: user
+        // space watches it).
+        if unsafe { TARGET_TGIDS.get(&tgid) }.is_some_and(|&parent| parent != 0) {
+            let _ = TARGET_TGIDS.remove(&tgid);
+        }
+    }
     if let Some(targets) = TARGET_SLOTS.get_ptr_mut(0) {
         let targets = unsafe { &mut *targets };
         let slot = slot_of_pid(targets, tgid);
@@ -378,6 +387,31 @@ fn add_lifetime(task: *const u8, cfg: &Config) {
         now.saturating_sub(started.max(trace_start)),
     );
     add_to(&THREAD_EXITS, EXITED_THREADS, 1);
+}
+
+/// With `-- CMD`, a new process forked by a target is a target too, from its first lock (its
+/// mm, a copy of the parent's, and after an exec the new one, registers like any target's).
+/// Threads (same tgid) are already covered.
+#[btf_tracepoint(function = "sched_process_fork")]
+pub fn sched_process_fork(ctx: BtfTracePointContext) -> i32 {
+    let cfg = config();
+    if cfg.inherit == 0 {
+        return 0;
+    }
+    let parent = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if !is_listed_target(parent) {
+        return 0;
+    }
+    let child: u64 = ctx.arg(1);
+    let field = |offset: u32| -> u32 {
+        let at = (child + offset as u64) as *const i32;
+        unsafe { bpf_probe_read_kernel(at) }.unwrap_or(0) as u32
+    };
+    let (pid, tgid) = (field(cfg.task_pid_offset), field(cfg.task_tgid_offset));
+    if pid != 0 && pid == tgid && TARGET_TGIDS.insert(&tgid, &parent, 0).is_err() {
+        count(Counter::TargetMapFull);
+    }
+    0
 }
 
 /// True when the exiting task was its process's last live thread (do_exit decrements

@@ -78,10 +78,15 @@ pub struct Cli {
     #[arg(short = 'a', long = "all", conflicts_with_all = ["pid", "command"])]
     pub all: bool,
 
-    /// Instead of -p: run this command, traced from its first instruction, and exit with its
-    /// status (`mmapsem-trace -- make -j8`).
+    /// Instead of -p: run this command, traced from its first instruction with every process it
+    /// starts (forked and exec'd children, theirs too), and exit with its status
+    /// (`mmapsem-trace -- make -j8`).
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
+
+    /// With `-- CMD`: trace the command's own process only, not the processes it starts.
+    #[arg(long, requires = "command")]
+    pub no_inherit: bool,
 
     /// Stop after this many seconds (default: until Ctrl-C, SIGTERM or the targets exit).
     #[arg(short, long, value_name = "SECS")]

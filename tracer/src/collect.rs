@@ -286,7 +286,12 @@ impl Watch {
     /// and the end of the trace re-read them).
     fn look_at_processes(&mut self, targets: &Targets, probes: &Probes) {
         let (pids, only_new) = match targets {
-            Targets::Pids(pids) => (pids.clone(), false),
+            Targets::Pids(pids) => {
+                let mut pids = pids.clone();
+                // A traced command's processes, as the programs follow its forks.
+                pids.extend(probes.inherited_pids().unwrap_or_default());
+                (pids, false)
+            }
             Targets::SystemWide => match probes.registered_pids() {
                 Ok(pids) => (pids, true),
                 Err(err) => {

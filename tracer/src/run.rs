@@ -69,6 +69,7 @@ pub fn run(mut cli: Cli) -> Result<i32> {
         tracefs.require(&tp)?;
     }
     let offsets = KernelOffsets::from_running_kernel()?;
+    let inherit = launched.is_some() && !cli.no_inherit;
     // The live view can switch to per-thread rows at any time: collect per thread and merge
     // threads in user space when they are not wanted. So do copied user stacks: threads that
     // share a frame-pointer stack (one frame, in code without frame pointers) unwind apart, and
@@ -94,7 +95,10 @@ pub fn run(mut cli: Cli) -> Result<i32> {
         stack_copies,
         system_wide: targets.is_system_wide(),
         classic_tracepoints: cli.classic_tracepoints,
-        target_slots: !targets.is_system_wide() && cli.pid.len() <= tracer_common::FAST_TARGETS,
+        target_slots: !targets.is_system_wide()
+            && !inherit
+            && cli.pid.len() <= tracer_common::FAST_TARGETS,
+        inherit,
         target_threads: if targets.is_system_wide() {
             procfs::machine_threads()
         } else {

@@ -11,11 +11,16 @@ use serde_json::Value;
 /// Runs the tracer on `command`; the report goes to a file, since the command shares the
 /// tracer's stdout.
 fn trace_command(command: &[&str]) -> (Output, Value) {
+    trace_command_with(&[], command)
+}
+
+fn trace_command_with(tracer_args: &[&str], command: &[&str]) -> (Output, Value) {
     let dir = tempfile::tempdir().unwrap();
     let report_path = dir.path().join("report.json");
     let out = Command::new(TRACER)
         .args(["--format", "json", "-o"])
         .arg(&report_path)
+        .args(tracer_args)
         .arg("--")
         .args(command)
         .output()
@@ -141,5 +146,47 @@ print(f"threads={len(lived)}")
     assert!(
         lived <= thread_ns && thread_ns <= lived + 2 * duration,
         "thread time {thread_ns} ns; workers lived {lived} ns; traced {duration} ns"
+    );
+}
+
+/// The processes of `report` named `comm`, with the holds each made.
+fn processes_named<'a>(report: &'a Value, comm: &str) -> Vec<&'a Value> {
+    report["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["comm"] == comm)
+        .collect()
+}
+
+/// `-- make -j8` traces make and what it starts: here a shell that runs two workloads, one
+/// after the other and one in the background, each a process of its own with its row.
+#[test]
+fn a_command_is_traced_with_the_processes_it_starts() {
+    if !bpf_available("a_command_is_traced_with_the_processes_it_starts") {
+        return;
+    }
+    let _serial = common::serial();
+    let workload = workload_path().display().to_string();
+    let script = format!(
+        "{w} churn --threads 2 --iterations 100 >/dev/null; \
+         {w} churn --threads 2 --iterations 100 >/dev/null & wait",
+        w = workload
+    );
+    let (out, report) = trace_command(&["sh", "-c", &script]);
+    assert!(out.status.success(), "{out:?}");
+    let children = processes_named(&report, "mmapsem-workloa");
+    assert_eq!(children.len(), 2, "{:#}", report["processes"]);
+    for child in children {
+        // Each iteration maps and unmaps: two write holds, 100 iterations on 2 threads.
+        assert!(child["holds"].as_u64().unwrap() >= 400, "{child}");
+    }
+
+    let (out, report) = trace_command_with(&["--no-inherit"], &["sh", "-c", &script]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        processes_named(&report, "mmapsem-workloa").is_empty(),
+        "--no-inherit traced the children: {:#}",
+        report["processes"]
     );
 }

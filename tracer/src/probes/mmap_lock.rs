@@ -56,7 +56,7 @@ pub fn attach(
     offsets: &KernelOffsets,
     force_classic: bool,
 ) -> Result<LockTracepoints> {
-    attach_target_exit(ebpf);
+    attach_target_lifecycle(ebpf);
     let programs = offsets.lock_args.as_ref().and_then(btf_programs);
     if let (false, None) = (force_classic, programs) {
         log::warn!(
@@ -84,23 +84,33 @@ pub fn attach(
 }
 
 /// sched_process_exit forgets a target's mm when its last thread exits, before the freed
-/// mm_struct is reused by a process that is not traced. Without it (no BTF), a reused mm's
-/// first locks by its new owner end the registration instead, and exec's locks before them
-/// count as outside lockers.
-fn attach_target_exit(ebpf: &mut Ebpf) {
-    let attached = Btf::from_sys_fs()
-        .map_err(anyhow::Error::from)
-        .and_then(|btf| {
-            let program = super::program::<BtfTracePoint>(ebpf, "sched_process_exit")?;
-            program.load("sched_process_exit", &btf)?;
-            program.attach()?;
-            Ok(())
-        });
-    if let Err(err) = attached {
-        log::warn!(
-            "cannot attach tp_btf/sched_process_exit ({err:#}): a target's mm reused after it \
-             exits may show its new owner's exec as an outside locker"
-        );
+/// mm_struct is reused by a process that is not traced, and sums exiting threads' lifetimes.
+/// Without it (no BTF), a reused mm's first locks by its new owner end the registration
+/// instead, and exec's locks before them count as outside lockers. sched_process_fork follows
+/// a traced command's new processes (`-- CMD`).
+fn attach_target_lifecycle(ebpf: &mut Ebpf) {
+    for (name, without) in [
+        (
+            "sched_process_exit",
+            "a target's mm reused after it exits may show its new owner's exec as an outside \
+             locker, and exited threads' time is left out of thread time",
+        ),
+        (
+            "sched_process_fork",
+            "the processes a traced command starts are not traced",
+        ),
+    ] {
+        let attached = Btf::from_sys_fs()
+            .map_err(anyhow::Error::from)
+            .and_then(|btf| {
+                let program = super::program::<BtfTracePoint>(ebpf, name)?;
+                program.load(name, &btf)?;
+                program.attach()?;
+                Ok(())
+            });
+        if let Err(err) = attached {
+            log::warn!("cannot attach tp_btf/{name} ({err:#}): {without}");
+        }
     }
 }
 

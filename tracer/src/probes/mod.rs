@@ -71,7 +71,12 @@ pub struct ProbeSettings {
     /// Threads of the targets when the trace starts (system-wide: of the whole machine), which
     /// sizes the per-hold holder records.
     pub target_threads: usize,
+    /// `-- CMD`: the processes the targets fork are traced too (never with target slots).
+    pub inherit: bool,
 }
+
+/// Processes of a traced command's tree alive at once that can be traced (inherit).
+const INHERITED_PROCESSES: u32 = 4096;
 
 /// How long a target's own threads get to register its mm before the tracer locks it itself,
 /// and how long the tracer's own lock (reading /proc/PID/cmdline) may take.
@@ -214,6 +219,8 @@ impl Probes {
             fold_threads_at: fold_threads_at(settings.max_entries),
             attribution: settings.attribution as u32,
             tracer_tgid: std::process::id(),
+            inherit: settings.inherit as u32,
+            task_tgid_offset: offsets.task_tgid,
             per_thread: match (settings.per_thread_required, settings.per_thread) {
                 (true, _) => PER_THREAD_ALWAYS,
                 (false, true) => PER_THREAD_WHILE_ROOM,
@@ -233,10 +240,14 @@ impl Probes {
         let timeline_on = settings.timeline_threshold_ns > 0;
         raise_memlock_limit();
         let mut loader = EbpfLoader::new();
-        if settings.system_wide {
+        if settings.system_wide || settings.inherit {
             for name in ["TARGET_MMS", "HOLDERS", "LOCKER_COMMS"] {
                 loader.map_max_entries(name, SYSTEM_WIDE_PROCESSES);
             }
+        }
+        if settings.inherit {
+            // The command's processes alive at once (a make -j's compilers and their children).
+            loader.map_max_entries("TARGET_TGIDS", INHERITED_PROCESSES);
         }
         let mut ebpf = loader
             .override_global("CONFIG", &config, true)
@@ -316,6 +327,17 @@ impl Probes {
 
     pub fn trace_start_ns(&self) -> u64 {
         self.trace_start_ns
+    }
+
+    /// The processes the programs follow from the listed targets' forks, alive now (inherit).
+    pub fn inherited_pids(&self) -> Result<Vec<u32>> {
+        let tgids: BpfHashMap<_, u32, u32> = map_ref(&self.ebpf, "TARGET_TGIDS")?;
+        Ok(tgids
+            .iter()
+            .filter_map(|r| r.ok())
+            .filter(|&(_, parent)| parent != 0)
+            .map(|(pid, _)| pid)
+            .collect())
     }
 
     /// (summed lifetimes inside the trace in ns, number) of the target threads that exited.
