@@ -150,6 +150,13 @@ impl Outputs {
     }
 }
 
+/// The closing stderr note on what was lost, when anything was: whatever the report's
+/// destination, the user running the trace sees it (the folded file has no room for it).
+pub fn lost_note(report: &Report) -> Option<String> {
+    let lost = present::text::nonzero_lost(report);
+    (!lost.is_empty()).then(|| format!("lost events: {}", lost.join(", ")))
+}
+
 fn svg_title(report: &Report, weight: Weight) -> SvgTitle {
     let lost = present::text::nonzero_lost(report);
     let traced = if report.target.system_wide {
@@ -203,5 +210,17 @@ mod tests {
         harvest.counters.iter_mut().for_each(|(_, n)| *n = 0);
         let clean = svg_title(&build_report(&harvest, &symbols, &meta), Weight::Wait);
         assert!(!clean.subtitle.contains("lost"), "{}", clean.subtitle);
+    }
+
+    #[test]
+    fn lost_note_names_nonzero_counters_only() {
+        let (mut harvest, symbols, meta) = sample();
+        harvest.counters.iter_mut().for_each(|(_, n)| *n = 0);
+        assert_eq!(lost_note(&build_report(&harvest, &symbols, &meta)), None);
+        harvest.counters[tracer_common::Counter::AggMapFull as usize].1 = 5;
+        assert_eq!(
+            lost_note(&build_report(&harvest, &symbols, &meta)).as_deref(),
+            Some("lost events: aggregation_map_full=5")
+        );
     }
 }

@@ -307,6 +307,9 @@ fn finish(
         thread_names: watch.thread_names,
     };
     let report = build_report(&harvest, &symbols, &meta);
+    if let Some(note) = crate::exports::lost_note(&report) {
+        eprintln!("mmapsem-trace: {note}");
+    }
     for path in outputs.write(&report, &timeline_data)? {
         eprintln!("mmapsem-trace: wrote {}", path.display());
     }

@@ -11,7 +11,6 @@ use inferno::flamegraph::{
     color::{Color, MultiPalette, Palette, PaletteMap},
 };
 
-use super::folded::stack_lines;
 use crate::model::Cause;
 
 /// What the picture is of.
@@ -35,8 +34,7 @@ pub fn render(folded: &str, title: &SvgTitle) -> Result<String> {
     // A little wider than the default 1200 px: kernel frames have long names.
     options.image_width = Some(1600);
     let mut svg = Vec::new();
-    // Comment lines (lost counters) go in the subtitle, not to inferno, which would warn.
-    let lines: Vec<&str> = stack_lines(folded).collect();
+    let lines: Vec<&str> = folded.lines().collect();
     if lines.iter().all(|line| line.trim().is_empty()) {
         // inferno refuses empty input; an empty graph still says what was traced.
         options.notes = "no samples".into();
