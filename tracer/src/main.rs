@@ -15,7 +15,7 @@ fn main() {
         Ok(code) => std::process::exit(code),
         Err(err) => {
             // One line: the chain of causes joined, as users of perf and bpftrace expect.
-            eprintln!("mmapsem-trace: {err:#}");
+            eprintln!("mmapsem-trace: {}", tracer::cli::error_line(&err));
             std::process::exit(1);
         }
     }
