@@ -8,17 +8,51 @@ use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
 
 use anyhow::{bail, Context as _, Result};
 
-/// Exit status of a command that could not be executed (as shells use it).
-const EXEC_FAILED: i32 = 127;
-/// Exit status of a command whose tracer went away before letting it run.
-const NEVER_RELEASED: i32 = 126;
+/// Exit status of a command that was not found (as shells use it).
+const NOT_FOUND: i32 = 127;
+/// Exit status of a command found but not executable (as shells use it), or whose tracer went
+/// away before letting it run.
+const NOT_EXECUTABLE: i32 = 126;
+const NEVER_RELEASED: i32 = NOT_EXECUTABLE;
 
 /// A command forked and waiting for `release` before it execs.
 pub struct Launched {
     pub pid: u32,
     program: String,
     go: Option<OwnedFd>,
+    /// Read end of a close-on-exec pipe: closed by a successful execve, or carrying its errno.
+    exec_result: Option<OwnedFd>,
 }
+
+/// The command could not be executed: the tracer says so in one line and exits with the
+/// status a shell would give (127 not found, 126 otherwise), without a report of its own fork.
+#[derive(Debug)]
+pub struct ExecFailed {
+    pub program: String,
+    pub error: std::io::Error,
+}
+
+impl ExecFailed {
+    pub fn exit_code(&self) -> i32 {
+        match self.error.raw_os_error() {
+            Some(libc::ENOENT) | Some(libc::ENOTDIR) => NOT_FOUND,
+            _ => NOT_EXECUTABLE,
+        }
+    }
+}
+
+impl std::fmt::Display for ExecFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let program = self.program.escape_debug();
+        let error = std::io::Error::from_raw_os_error(self.error.raw_os_error().unwrap_or(0));
+        // The bare strerror text, as a shell prints it ("No such file or directory").
+        let message = error.to_string();
+        let message = message.split(" (os error").next().unwrap_or(&message);
+        write!(f, "cannot run {program}: {message}")
+    }
+}
+
+impl std::error::Error for ExecFailed {}
 
 impl Launched {
     pub fn spawn_held(command: &[String]) -> Result<Self> {
@@ -35,21 +69,27 @@ impl Launched {
         let mut argv: Vec<*const libc::c_char> = args.iter().map(|arg| arg.as_ptr()).collect();
         argv.push(std::ptr::null());
         let (wait_end, go_end) = cloexec_pipe()?;
-        // SAFETY: the child branch only calls read, execvp and _exit.
+        let (result_end, report_end) = cloexec_pipe()?;
+        // SAFETY: the child branch only calls read, execvp, write and _exit.
         match unsafe { libc::fork() } {
             -1 => Err(std::io::Error::last_os_error()).context("fork"),
             0 => {
                 drop(go_end);
+                drop(result_end);
                 // SAFETY: argv is NUL-terminated and points into `args`, alive in this copy.
-                unsafe { wait_then_exec(wait_end.as_raw_fd(), argv.as_ptr()) }
+                unsafe {
+                    wait_then_exec(wait_end.as_raw_fd(), report_end.as_raw_fd(), argv.as_ptr())
+                }
             }
             pid => {
                 drop(wait_end);
+                drop(report_end);
                 log::debug!("launched {program} as pid {pid}, held before execve");
                 Ok(Self {
                     pid: pid as u32,
                     program: program.clone(),
                     go: Some(go_end),
+                    exec_result: Some(result_end),
                 })
             }
         }
@@ -70,7 +110,8 @@ impl Launched {
             .collect()
     }
 
-    /// Lets the command exec and run.
+    /// Lets the command exec and run; fails with ExecFailed (the child reaped) when its execve
+    /// failed.
     pub fn release(&mut self) -> Result<()> {
         if let Some(go) = self.go.take() {
             let byte = [1u8];
@@ -80,25 +121,25 @@ impl Launched {
                 return Err(std::io::Error::last_os_error()).context("releasing the command");
             }
         }
-        Ok(())
+        let Some(result) = self.exec_result.take() else {
+            return Ok(());
+        };
+        let Some(errno) = read_exec_errno(&result)? else {
+            return Ok(());
+        };
+        // The child exits right after reporting: reap it, and leave no report of it.
+        let _ = wait_for(self.pid);
+        Err(ExecFailed {
+            program: self.program.clone(),
+            error: std::io::Error::from_raw_os_error(errno),
+        }
+        .into())
     }
 
     /// Waits for the command to end; returns its exit code, or 128 + the signal that killed
     /// it, as shells report it.
     pub fn wait(self) -> Result<i32> {
-        let mut status = 0;
-        loop {
-            // SAFETY: waiting for our own child with a valid status pointer.
-            let got = unsafe { libc::waitpid(self.pid as i32, &mut status, 0) };
-            if got == self.pid as i32 {
-                break;
-            }
-            let err = std::io::Error::last_os_error();
-            if err.raw_os_error() != Some(libc::EINTR) {
-                return Err(err).with_context(|| format!("waiting for pid {}", self.pid));
-            }
-        }
-        Ok(exit_code(status))
+        wait_for(self.pid)
     }
 
     /// Passes a signal that ended the trace on to the command, which would otherwise keep the
@@ -107,6 +148,50 @@ impl Launched {
         // SAFETY: signalling our own child.
         unsafe { libc::kill(self.pid as i32, signal) };
     }
+}
+
+fn wait_for(pid: u32) -> Result<i32> {
+    let mut status = 0;
+    loop {
+        // SAFETY: waiting for our own child with a valid status pointer.
+        let got = unsafe { libc::waitpid(pid as i32, &mut status, 0) };
+        if got == pid as i32 {
+            break;
+        }
+        let err = std::io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EINTR) {
+            return Err(err).with_context(|| format!("waiting for pid {pid}"));
+        }
+    }
+    Ok(exit_code(status))
+}
+
+/// What the child reported on its close-on-exec pipe: nothing (end of file) when execve
+/// succeeded, else its errno.
+fn read_exec_errno(pipe: &OwnedFd) -> Result<Option<i32>> {
+    let mut bytes = [0u8; 4];
+    let mut got = 0;
+    while got < bytes.len() {
+        // SAFETY: reading into the unfilled tail of a valid buffer.
+        let n = unsafe {
+            libc::read(
+                pipe.as_raw_fd(),
+                bytes[got..].as_mut_ptr().cast(),
+                bytes.len() - got,
+            )
+        };
+        match n {
+            0 => break,
+            n if n > 0 => got += n as usize,
+            _ => {
+                let err = std::io::Error::last_os_error();
+                if err.raw_os_error() != Some(libc::EINTR) {
+                    return Err(err).context("reading whether the command started");
+                }
+            }
+        }
+    }
+    Ok((got == bytes.len()).then(|| i32::from_ne_bytes(bytes)))
 }
 
 fn exit_code(status: i32) -> i32 {
@@ -128,8 +213,9 @@ fn cloexec_pipe() -> Result<(OwnedFd, OwnedFd)> {
 }
 
 /// In the forked child: blocks until the tracer writes its byte (or exits without it, which
-/// closes the pipe), then execs. Never returns.
-unsafe fn wait_then_exec(fd: i32, argv: *const *const libc::c_char) -> ! {
+/// closes the pipe), then execs; if that fails, writes its errno to `report` for the tracer.
+/// Never returns.
+unsafe fn wait_then_exec(fd: i32, report: i32, argv: *const *const libc::c_char) -> ! {
     let mut byte = 0u8;
     let got = loop {
         // SAFETY: reading one byte into a valid buffer.
@@ -143,10 +229,19 @@ unsafe fn wait_then_exec(fd: i32, argv: *const *const libc::c_char) -> ! {
         // SAFETY: leaving the child without running the parent's atexit handlers.
         unsafe { libc::_exit(NEVER_RELEASED) };
     }
-    // SAFETY: argv[0] and the array are valid, NUL-terminated C strings.
+    // SAFETY: argv[0] and the array are valid, NUL-terminated C strings; errno is this
+    // thread's; the errno bytes are a valid buffer.
     unsafe {
         libc::execvp(*argv, argv);
-        libc::_exit(EXEC_FAILED)
+        let errno = *libc::__errno_location();
+        let bytes = errno.to_ne_bytes();
+        libc::write(report, bytes.as_ptr().cast(), bytes.len());
+        let status = if errno == libc::ENOENT || errno == libc::ENOTDIR {
+            NOT_FOUND
+        } else {
+            NOT_EXECUTABLE
+        };
+        libc::_exit(status)
     }
 }
 
@@ -161,6 +256,12 @@ mod tests {
         launched.wait().unwrap()
     }
 
+    fn exec_failure(command: &str) -> ExecFailed {
+        let mut launched = Launched::spawn_held(&[command.to_owned()]).unwrap();
+        let err = launched.release().unwrap_err();
+        err.downcast::<ExecFailed>().expect("an ExecFailed")
+    }
+
     #[test]
     fn exit_status_and_signals_are_passed_on() {
         assert_eq!(run_held(&["sh", "-c", "exit 7"]), 7);
@@ -168,7 +269,25 @@ mod tests {
             run_held(&["sh", "-c", "kill -TERM $$"]),
             128 + libc::SIGTERM
         );
-        assert_eq!(run_held(&["/nonexistent/program"]), EXEC_FAILED);
+    }
+
+    #[test]
+    fn a_command_that_cannot_run_fails_its_release() {
+        let missing = exec_failure("/nonexistent/program");
+        assert_eq!(missing.exit_code(), 127);
+        assert_eq!(
+            missing.to_string(),
+            "cannot run /nonexistent/program: No such file or directory"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("not-executable");
+        std::fs::write(&script, "#!/bin/sh\n").unwrap();
+        let refused = exec_failure(&script.display().to_string());
+        assert_eq!(refused.exit_code(), 126);
+        assert!(
+            refused.to_string().ends_with(": Permission denied"),
+            "{refused}"
+        );
     }
 
     #[test]
@@ -177,6 +296,7 @@ mod tests {
             pid: 0,
             program: "/work/target/release/mmapsem-workload".to_owned(),
             go: None,
+            exec_result: None,
         };
         assert_eq!(launched.comm(), "mmapsem-workloa");
     }

@@ -114,6 +114,10 @@ pub fn run(mut cli: Cli) -> Result<i32> {
                 .join(",")
         )
     };
+    // Released before saying it is traced: a command that cannot run gets one error line.
+    if let Some(launched) = launched.as_mut() {
+        launched.release()?;
+    }
     eprintln!(
         "mmapsem-trace: attached to mmap_lock tracepoints; tracing {what}; {}",
         if matches!(view, View::Live { .. }) {
@@ -122,10 +126,6 @@ pub fn run(mut cli: Cli) -> Result<i32> {
             "Ctrl-C to stop"
         }
     );
-
-    if let Some(launched) = launched.as_mut() {
-        launched.release()?;
-    }
 
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
