@@ -98,16 +98,6 @@ mod tests {
     }
 
     #[test]
-    fn comment_lines_are_not_drawn() {
-        let folded = "# lost events (not drawn): aggregation_map_full=3\napp;[mmap];[write] 10\n";
-        let svg = render(folded, &title()).unwrap();
-        assert!(svg.contains("[mmap]"));
-        assert!(!svg.contains("lost events"), "a comment drawn as a frame");
-        let only_comment = render("# lost events (not drawn): x=1\n", &title()).unwrap();
-        assert!(only_comment.contains("[no samples]"));
-    }
-
-    #[test]
     fn empty_input_still_draws() {
         let svg = render("", &title()).unwrap();
         assert!(svg.contains("[no samples]"));
