@@ -30,12 +30,39 @@ fn is_char_device(path: &Path) -> bool {
     std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_char_device())
 }
 
-/// A character device like /dev/null (1:3) at `path`, made for the test.
-fn mknod_null(path: &Path) {
+/// /dev/null's and /dev/full's device numbers.
+const NULL: (u32, u32) = (1, 3);
+const FULL: (u32, u32) = (1, 7);
+
+/// A character device with the number `(major, minor)` at `path`, mode 0666.
+fn mknod(path: &Path, (major, minor): (u32, u32)) {
     let name = CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
-    // SAFETY: a valid NUL-terminated path; makedev(1, 3) is /dev/null's number.
-    let made = unsafe { libc::mknod(name.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 3)) };
+    // SAFETY: a valid NUL-terminated path.
+    let made = unsafe {
+        libc::mknod(
+            name.as_ptr(),
+            libc::S_IFCHR | 0o666,
+            libc::makedev(major, minor),
+        )
+    };
     assert_eq!(made, 0, "mknod: {}", std::io::Error::last_os_error());
+    // mknod's mode is cut by the umask.
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).unwrap();
+}
+
+fn mknod_null(path: &Path) {
+    mknod(path, NULL);
+}
+
+/// Fails if the machine's device at `path` is no longer one, after putting it back.
+fn assert_machine_device_kept(path: &str, number: (u32, u32)) {
+    let path = Path::new(path);
+    if is_char_device(path) {
+        return;
+    }
+    let _ = std::fs::remove_file(path);
+    mknod(path, number);
+    panic!("{} was replaced by the tracer (restored)", path.display());
 }
 
 /// First against a device of our own, so that a regression cannot break the machine's
@@ -66,18 +93,12 @@ fn devices_are_written_to_never_replaced() {
     );
 
     let out = trace_self(&["-o", "/dev/null"], dir.path());
-    let replaced = !is_char_device(Path::new("/dev/null"));
-    if replaced {
-        // Put the machine's /dev/null back before failing.
-        let _ = std::fs::remove_file("/dev/null");
-        mknod_null(Path::new("/dev/null"));
-    }
-    assert!(!replaced, "/dev/null was replaced");
+    assert_machine_device_kept("/dev/null", NULL);
     assert!(out.status.success(), "{}", stderr(&out));
 }
 
 /// /dev/full refuses every write: the error says so (the report is salvaged on stdout), and
-/// /dev/full is still the device.
+/// the device is still one. First on a device of our own, as above.
 #[test]
 fn a_full_device_fails_with_enospc() {
     if !bpf_available("a_full_device_fails_with_enospc") {
@@ -85,14 +106,25 @@ fn a_full_device_fails_with_enospc() {
     }
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
+    let full = dir.path().join("full");
+    mknod(&full, FULL);
+    let out = trace_self(&["-o", "full"], dir.path());
+    assert!(is_char_device(&full), "our full device was replaced");
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("cannot write full: No space left on device"),
+        "{err}"
+    );
+
     let out = trace_self(&["-o", "/dev/full"], dir.path());
+    assert_machine_device_kept("/dev/full", FULL);
     assert!(!out.status.success());
     let err = stderr(&out);
     assert!(
         err.contains("cannot write /dev/full: No space left on device"),
         "{err}"
     );
-    assert!(is_char_device(Path::new("/dev/full")));
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("mmapsem-trace: pid"),
         "report salvaged on stdout"
@@ -109,10 +141,37 @@ fn dev_stdout_is_written_through() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let report = dir.path().join("report.txt");
+    // First through a link of our own, as /dev/stdout is made, so that a regression cannot
+    // replace the machine's.
+    let own_link = dir.path().join("stdout");
+    std::os::unix::fs::symlink("/proc/self/fd/1", &own_link).unwrap();
+    let out = trace_self(&["--folded", "stdout", "-o", "report.txt"], dir.path());
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        std::fs::symlink_metadata(&own_link)
+            .unwrap()
+            .file_type()
+            .is_symlink(),
+        "our stdout link was replaced"
+    );
     let (result, _) = trace_workload(
         &["churn", "--threads", "2", "--iterations", "200"],
-        &["--folded", "/dev/stdout", "-o", report.to_str().unwrap()],
+        &[
+            // Every acquisition counts, however short its wait.
+            "--weight",
+            "count",
+            "--folded",
+            "/dev/stdout",
+            "-o",
+            report.to_str().unwrap(),
+        ],
     );
+    let link = Path::new("/dev/stdout");
+    if !std::fs::symlink_metadata(link).is_ok_and(|m| m.file_type().is_symlink()) {
+        let _ = std::fs::remove_file(link);
+        std::os::unix::fs::symlink("/proc/self/fd/1", link).unwrap();
+        panic!("/dev/stdout was replaced by the tracer (restored)");
+    }
     assert!(
         result
             .stdout
@@ -121,10 +180,6 @@ fn dev_stdout_is_written_through() {
         "no folded stacks on stdout:\n{}",
         result.stdout
     );
-    assert!(std::fs::symlink_metadata("/dev/stdout")
-        .unwrap()
-        .file_type()
-        .is_symlink());
     assert!(std::fs::read_to_string(&report)
         .unwrap()
         .contains("mmapsem-trace: pid"));
