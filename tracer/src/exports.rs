@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Result};
 
-use crate::cli::{Cli, Format, View, WeightArg};
+use crate::cli::{error_line, Cli, Format, View, WeightArg};
 use crate::model::{report::Report, timeline::Slice};
 use crate::output::{Destination, Identity};
 use crate::present::{self, folded::Weight, svg::SvgTitle, trace_event::TimelineNames};
@@ -19,8 +19,15 @@ fn write_or_salvage(path: &std::path::Path, text: &str) -> Result<()> {
         return Ok(());
     };
     match Destination::Stdout.write(text) {
-        Ok(()) => bail!("{err:#}; the report was written to stdout instead"),
-        Err(stdout_err) => bail!("{err:#}; writing it to stdout failed too: {stdout_err:#}"),
+        Ok(()) => bail!(
+            "{}; the report was written to stdout instead",
+            error_line(&err)
+        ),
+        Err(stdout_err) => bail!(
+            "{}; writing it to stdout failed too: {}",
+            error_line(&err),
+            error_line(&stdout_err)
+        ),
     }
 }
 
@@ -119,7 +126,7 @@ impl Outputs {
             match result {
                 Ok(Some(path)) => written.push(path.clone()),
                 Ok(None) => {}
-                Err(err) => errors.push(format!("{err:#}")),
+                Err(err) => errors.push(error_line(&err)),
             }
         }
         let mut put = |destination: Destination, contents: Result<String>| match contents
@@ -127,7 +134,7 @@ impl Outputs {
         {
             Ok(Destination::File(path)) => written.push(path),
             Ok(Destination::Stdout) => {}
-            Err(err) => errors.push(format!("{err:#}")),
+            Err(err) => errors.push(error_line(&err)),
         };
         let folded = present::folded::render(report, self.weight);
         if let Some(destination) = &self.folded {

@@ -252,7 +252,8 @@ fn replace(path: &Path, keep: Option<(u32, u32, u32)>, contents: &str) -> Result
             .set_permissions(std::fs::Permissions::from_mode(mode))?;
     }
     tmp.as_file().sync_all()?;
-    tmp.persist(path)?;
+    // The bare io error: PersistError's message repeats it.
+    tmp.persist(path).map_err(|e| e.error)?;
     Ok(())
 }
 
