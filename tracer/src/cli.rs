@@ -1,6 +1,6 @@
 //! Command-line interface.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Result};
@@ -61,13 +61,17 @@ pub enum View {
 /// stack, from the kernel's mmap_lock tracepoints.
 #[derive(Debug, Parser)]
 #[command(name = "mmapsem-trace", version, about)]
+#[command(group = clap::ArgGroup::new("target").args(["pid", "all", "command"]).required(true))]
 pub struct Cli {
     /// Process id(s) to trace, comma-separated.
     #[arg(
         short,
         long,
         value_delimiter = ',',
-        required_unless_present_any = ["command", "all"],
+        // `-p -1` reaches parse_pid, which says what is wrong, instead of clap suggesting
+        // `-- -1` (which would run a command named -1).
+        allow_negative_numbers = true,
+        value_parser = parse_pid,
         conflicts_with = "command",
         value_name = "PID[,PID...]"
     )]
@@ -88,15 +92,28 @@ pub struct Cli {
     #[arg(long, requires = "command")]
     pub no_inherit: bool,
 
-    /// Stop after this many seconds (default: until Ctrl-C, SIGTERM or the targets exit).
-    #[arg(short, long, value_name = "SECS")]
+    /// With `-- CMD` as root: run the command as this user (name or uid), with its groups,
+    /// HOME, USER and LOGNAME, as `sudo -u USER CMD` would (sudo's own fork is not followed).
+    #[arg(long, requires = "command", value_name = "USER")]
+    pub user: Option<String>,
+
+    /// Stop after this many seconds, more than 0 and at most 10 years (default: until Ctrl-C,
+    /// SIGTERM or the targets exit).
+    #[arg(
+        short,
+        long,
+        value_name = "SECS",
+        allow_negative_numbers = true,
+        value_parser = parse_duration_secs
+    )]
     pub duration: Option<f64>,
 
     /// Report format (default text). Giving one turns the live view off unless --live.
     #[arg(long, value_enum)]
     pub format: Option<Format>,
 
-    /// Write the report to this file instead of stdout (replaced atomically).
+    /// Write the report to this file instead of stdout (`-` is stdout). A regular file is
+    /// replaced atomically, keeping its mode; a device or FIFO is written to.
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
 
@@ -109,8 +126,15 @@ pub struct Cli {
     #[arg(long)]
     pub no_live: bool,
 
-    /// Refresh the live view every SECS (default 1), or without it print a report every SECS.
-    #[arg(short, long, value_name = "SECS", value_parser = parse_interval)]
+    /// Refresh the live view every SECS (default 1), or without it print a report every SECS
+    /// (from 0.05 s to 10 years).
+    #[arg(
+        short,
+        long,
+        value_name = "SECS",
+        allow_negative_numbers = true,
+        value_parser = parse_interval
+    )]
     pub interval: Option<Duration>,
 
     /// With -i and no live view: each report covers its own interval (default: cumulative).
@@ -163,9 +187,14 @@ pub struct Cli {
     #[arg(long, value_enum, default_value_t = UserStackArg::Dwarf, value_name = "HOW")]
     pub user_stack: UserStackArg,
 
-    /// Bytes of user stack copied above the stack pointer for `--user-stack dwarf` (at most
-    /// 64 KiB; deeper stacks are unwound as far as the window goes and marked truncated).
-    #[arg(long, default_value = "16384", value_name = "BYTES")]
+    /// Bytes of user stack copied above the stack pointer for `--user-stack dwarf` (1 to 65536;
+    /// deeper stacks are unwound as far as the window goes and marked truncated).
+    #[arg(
+        long,
+        default_value = "16384",
+        value_name = "BYTES",
+        value_parser = clap::value_parser!(u32).range(1..=tracer_common::USER_STACK_MAX as i64)
+    )]
     pub user_stack_bytes: u32,
 
     /// One in N lock operations not expected to be long get stacks and a user stack copy too,
@@ -183,12 +212,24 @@ pub struct Cli {
     #[arg(long, hide = true)]
     pub no_user_stacks: bool,
 
-    /// Capacity of the in-kernel aggregation map (entries beyond it are counted as lost).
-    #[arg(long, default_value_t = 10240, value_name = "N")]
+    /// Capacity of the in-kernel aggregation map, 1 to 1048576 (entries beyond it are counted
+    /// as lost; each takes about 300 bytes of kernel memory).
+    #[arg(
+        long,
+        default_value_t = 10240,
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..=MAX_MAP_ENTRIES)
+    )]
     pub max_entries: u32,
 
-    /// Capacity of the in-kernel stack map.
-    #[arg(long, default_value_t = 16384, value_name = "N")]
+    /// Capacity of the in-kernel stack map, 1 to 1048576 (each stack takes about 1 KiB of
+    /// kernel memory, allocated at load).
+    #[arg(
+        long,
+        default_value_t = 16384,
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..=MAX_MAP_ENTRIES)
+    )]
     pub max_stacks: u32,
 
     /// Size of the timeline and user-stack ring buffers (a power of two, at least 4096; tests
@@ -211,8 +252,19 @@ pub struct Cli {
     pub verbose: u8,
 }
 
+/// `-o -`: the report goes to standard output.
+pub const STDOUT_NAME: &str = "-";
+
 /// Default refresh of the live view.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The longest -d or -i: far beyond any trace, and far from where Instant + Duration
+/// arithmetic could overflow.
+pub const MAX_SECONDS: f64 = 10.0 * 365.0 * 86_400.0;
+
+/// The largest --max-entries and --max-stacks: beyond it the kernel maps would take
+/// gigabytes (or the kernel refuses them with a bare E2BIG).
+const MAX_MAP_ENTRIES: i64 = 1 << 20;
 
 /// `pids` without repetitions, in the order first given (`-p W,W` traces W once, and counts its
 /// threads' time once).
@@ -222,6 +274,13 @@ pub fn unique_pids(pids: &[u32]) -> Vec<u32> {
 }
 
 impl Cli {
+    /// The file of `-o`, unless it is `-` (standard output).
+    pub fn output_file(&self) -> Option<&Path> {
+        self.output
+            .as_deref()
+            .filter(|path| *path != Path::new(STDOUT_NAME))
+    }
+
     /// `--stack-threshold`, or never with --lean.
     pub fn stack_threshold(&self) -> u64 {
         if self.lean {
@@ -256,7 +315,7 @@ impl Cli {
         }
         match self.interval {
             Some(interval) => {
-                if self.output.is_none() && self.format.is_some_and(|f| f != Format::Text) {
+                if self.output_file().is_none() && self.format.is_some_and(|f| f != Format::Text) {
                     bail!("-i prints text reports on stdout; write json or csv with -o FILE");
                 }
                 Ok(View::Intervals { interval })
@@ -271,36 +330,86 @@ impl Cli {
     pub fn final_report_wanted(&self, view: &View) -> bool {
         match view {
             View::Final => true,
-            View::Intervals { .. } => self.output.is_some(),
+            View::Intervals { .. } => self.output_file().is_some(),
             View::Live { .. } => self.format.is_some() || self.output.is_some(),
         }
     }
 }
 
 /// A clap usage error on one line: its message and tips without the usage block, then a
-/// pointer to --help.
+/// pointer to --help (once: clap's own "For more information, try '--help'." is dropped).
 pub fn one_line(err: &clap::Error) -> String {
     let text = err.to_string();
     let message = text.split("\nUsage:").next().unwrap_or(&text);
     let parts: Vec<&str> = message
         .lines()
         .map(str::trim)
-        .filter(|line| !line.is_empty())
+        .filter(|line| !line.is_empty() && !line.starts_with("For more information, try"))
         .collect();
     let joined = parts.join(" ");
     let joined = joined.strip_prefix("error: ").unwrap_or(&joined);
     format!("{joined} (see --help)")
 }
 
-fn parse_interval(text: &str) -> Result<Duration> {
+/// An error chain on one line, each cause once: some errors (aya's map errors) repeat their
+/// source's message in their own, which `{:#}` would print twice.
+pub fn error_line(err: &anyhow::Error) -> String {
+    let mut line = String::new();
+    let mut previous = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || previous.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+        previous = text;
+    }
+    line
+}
+
+/// A process id: a positive number.
+fn parse_pid(text: &str) -> Result<u32, String> {
+    match text.trim().parse::<u32>() {
+        Ok(pid) if pid > 0 => Ok(pid),
+        _ => Err("not a process id (want a number from 1)".to_owned()),
+    }
+}
+
+/// A number of seconds from `min` to MAX_SECONDS.
+fn parse_seconds(text: &str, min: f64, min_inclusive: bool) -> Result<f64, String> {
+    let range = || {
+        let low = if min_inclusive {
+            "at least"
+        } else {
+            "more than"
+        };
+        format!("{low} {min} and at most {MAX_SECONDS} seconds, 10 years")
+    };
     let seconds: f64 = text
         .trim()
         .parse()
-        .map_err(|_| anyhow::anyhow!("not a number of seconds: {text:?}"))?;
-    if !(seconds >= 0.05 && seconds.is_finite()) {
-        bail!("the interval must be at least 0.05 s, got {text:?}");
+        .map_err(|_| format!("not a number of seconds (want {})", range()))?;
+    let above_min = if min_inclusive {
+        seconds >= min
+    } else {
+        seconds > min
+    };
+    // NaN fails both comparisons.
+    if !(above_min && seconds <= MAX_SECONDS) {
+        return Err(format!("out of range (want {})", range()));
     }
-    Ok(Duration::from_secs_f64(seconds))
+    Ok(seconds)
+}
+
+fn parse_duration_secs(text: &str) -> Result<f64, String> {
+    parse_seconds(text, 0.0, false)
+}
+
+fn parse_interval(text: &str) -> Result<Duration, String> {
+    parse_seconds(text, 0.05, true).map(Duration::from_secs_f64)
 }
 
 /// A ring buffer size the kernel accepts: a power of two, a page at least.
@@ -347,6 +456,141 @@ mod tests {
         assert_eq!(parse_duration_ns("2s").unwrap(), 2_000_000_000);
         assert!(parse_duration_ns("fast").is_err());
         assert!(parse_duration_ns("3 weeks").is_err());
+    }
+
+    fn usage_error(args: &[&str]) -> String {
+        let err = Cli::try_parse_from(["mmapsem-trace"].iter().chain(args)).unwrap_err();
+        one_line(&err)
+    }
+
+    #[test]
+    fn map_sizes_and_stack_bytes_are_range_checked() {
+        for (flag, bad) in [
+            ("--max-entries", "0"),
+            ("--max-entries", "4294967295"),
+            ("--max-stacks", "0"),
+            ("--max-stacks", "2000000"),
+            ("--user-stack-bytes", "0"),
+            ("--user-stack-bytes", "1000000"),
+        ] {
+            let line = usage_error(&["-p", "1", flag, bad]);
+            assert!(line.contains(flag), "names the flag: {line}");
+            assert!(line.contains(" is not in 1..="), "gives the range: {line}");
+        }
+        assert_eq!(cli(&["--max-entries", "1048576"]).max_entries, 1 << 20);
+        assert_eq!(
+            cli(&["--user-stack-bytes", "65536"]).user_stack_bytes,
+            65536
+        );
+    }
+
+    #[test]
+    fn absurd_durations_and_intervals_are_usage_errors() {
+        for bad in ["NaN", "-1", "0", "inf", "1e20", "soon"] {
+            let line = usage_error(&["-p", "1", "-d", bad]);
+            assert!(line.contains("'--duration <SECS>'"), "{line}");
+            assert!(line.contains("10 years"), "gives the range: {line}");
+        }
+        let line = usage_error(&["-p", "1", "-d=-1"]);
+        assert!(line.contains("--duration"), "{line}");
+        for bad in ["1e30", "inf", "NaN", "0.01"] {
+            let line = usage_error(&["-p", "1", "-i", bad]);
+            assert!(line.contains("'--interval <SECS>'"), "{line}");
+        }
+        assert_eq!(cli(&["-d", "0.5"]).duration, Some(0.5));
+        assert_eq!(cli(&["-d", "315360000"]).duration, Some(MAX_SECONDS));
+        assert_eq!(
+            cli(&["-i", "315360000"]).interval,
+            Some(Duration::from_secs(315_360_000))
+        );
+    }
+
+    #[test]
+    fn negative_or_zero_pids_are_named_not_taken_for_commands() {
+        for bad in ["-1", "0", "1,-5"] {
+            let line = usage_error(&["-p", bad]);
+            assert!(line.contains("invalid value '"), "{line}");
+            assert!(line.contains("for '--pid "), "{line}");
+            assert!(line.contains("not a process id"), "{line}");
+            assert!(!line.contains("'-- "), "no tip to run a command: {line}");
+        }
+    }
+
+    #[test]
+    fn usage_errors_point_to_help_once() {
+        let line = usage_error(&["-p", "x"]);
+        assert_eq!(line.matches("--help").count(), 1, "{line}");
+        assert!(line.ends_with("(see --help)"), "{line}");
+    }
+
+    #[test]
+    fn missing_target_names_every_kind() {
+        let line = usage_error(&[]);
+        for kind in ["--pid", "--all", "CMD"] {
+            assert!(line.contains(kind), "{kind} missing from: {line}");
+        }
+    }
+
+    #[test]
+    fn error_chains_say_each_cause_once() {
+        // Like aya's MapError::CreateError inside EbpfError::MapError, whose Display also
+        // prints its source.
+        #[derive(Debug)]
+        struct Inner(std::io::Error);
+        impl std::fmt::Display for Inner {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "failed to create map `AGG`")
+            }
+        }
+        impl std::error::Error for Inner {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let io = || std::io::Error::from_raw_os_error(libc::EINVAL);
+        #[derive(Debug)]
+        struct Chain(Inner);
+        impl std::fmt::Display for Chain {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "map error: {}", self.0)
+            }
+        }
+        impl std::error::Error for Chain {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let err = anyhow::Error::new(Chain(Inner(io()))).context("loading the programs");
+        assert_eq!(
+            format!("{err:#}"),
+            "loading the programs: map error: failed to create map `AGG`: \
+             failed to create map `AGG`: Invalid argument (os error 22)",
+            "the doubling this guards against"
+        );
+        assert_eq!(
+            error_line(&err),
+            "loading the programs: map error: failed to create map `AGG`: \
+             Invalid argument (os error 22)"
+        );
+        let plain = anyhow::anyhow!("no such process: 7").context("tracing");
+        assert_eq!(error_line(&plain), "tracing: no such process: 7");
+    }
+
+    #[test]
+    fn dash_output_is_stdout() {
+        assert_eq!(cli(&["-o", "-"]).output_file(), None);
+        assert_eq!(
+            cli(&["-o", "r.txt"]).output_file(),
+            Some(Path::new("r.txt"))
+        );
+        // Interval reports already go to stdout: no second, whole-trace report there.
+        let intervals = View::Intervals {
+            interval: DEFAULT_INTERVAL,
+        };
+        assert!(!cli(&["-i", "1", "-o", "-"]).final_report_wanted(&intervals));
+        assert!(cli(&["-i", "1", "--format", "json", "-o", "-"])
+            .view(false)
+            .is_err());
     }
 
     #[test]

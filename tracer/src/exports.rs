@@ -1,15 +1,15 @@
 //! Everything written at the end of a trace, whatever ended it: the report (stdout or -o) and
-//! the --folded, --svg and --timeline files. Every file is checked before tracing starts and
-//! written atomically (output::write_atomically).
+//! the --folded, --svg and --timeline files. Every file is checked before tracing starts
+//! (two outputs to one file are refused) and written as output::Destination says.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 
 use anyhow::{bail, Result};
 
-use crate::cli::{Cli, Format, View, WeightArg};
+use crate::cli::{error_line, Cli, Format, View, WeightArg};
 use crate::model::{report::Report, timeline::Slice};
-use crate::output::Destination;
+use crate::output::{Destination, Identity};
 use crate::present::{self, folded::Weight, svg::SvgTitle, trace_event::TimelineNames};
 
 /// Writes the report to `path`, or when that fails, to stdout; the error then says where the
@@ -19,8 +19,15 @@ fn write_or_salvage(path: &std::path::Path, text: &str) -> Result<()> {
         return Ok(());
     };
     match Destination::Stdout.write(text) {
-        Ok(()) => bail!("{err:#}; the report was written to stdout instead"),
-        Err(stdout_err) => bail!("{err:#}; writing it to stdout failed too: {stdout_err:#}"),
+        Ok(()) => bail!(
+            "{}; the report was written to stdout instead",
+            error_line(&err)
+        ),
+        Err(stdout_err) => bail!(
+            "{}; writing it to stdout failed too: {}",
+            error_line(&err),
+            error_line(&stdout_err)
+        ),
     }
 }
 
@@ -36,26 +43,27 @@ pub struct TimelineData {
 pub struct Outputs {
     report: Option<(Destination, Format)>,
     top: usize,
-    folded: Option<PathBuf>,
-    svg: Option<PathBuf>,
-    timeline: Option<PathBuf>,
+    folded: Option<Destination>,
+    svg: Option<Destination>,
+    timeline: Option<Destination>,
     weight: Weight,
 }
 
 impl Outputs {
     pub fn from_cli(cli: &Cli, view: &View) -> Self {
-        let destination = match &cli.output {
-            Some(path) => Destination::File(path.clone()),
-            None => Destination::Stdout,
-        };
+        let destination = cli
+            .output
+            .as_deref()
+            .map_or(Destination::Stdout, Destination::from_arg);
+        let file = |path: &Option<PathBuf>| path.as_deref().map(Destination::from_arg);
         Self {
             report: cli
                 .final_report_wanted(view)
                 .then(|| (destination, cli.format.unwrap_or(Format::Text))),
             top: cli.top,
-            folded: cli.folded.clone(),
-            svg: cli.svg.clone(),
-            timeline: cli.timeline.clone(),
+            folded: file(&cli.folded),
+            svg: file(&cli.svg),
+            timeline: file(&cli.timeline),
             weight: match cli.weight {
                 WeightArg::Wait => Weight::Wait,
                 WeightArg::Hold => Weight::Hold,
@@ -68,21 +76,38 @@ impl Outputs {
         self.timeline.is_some()
     }
 
-    /// Fails now, before any tracing, if a file could not be written at the end.
+    /// Fails now, before any tracing, if a file could not be written at the end, or if two
+    /// outputs would go to one file (one would replace the other).
     pub fn check_writable(&self) -> Result<()> {
-        if let Some((destination, _)) = &self.report {
+        let named = self.named();
+        for (_, destination) in &named {
             destination.check_writable()?;
         }
-        for path in self.files() {
-            Destination::File(path.clone()).check_writable()?;
-        }
-        Ok(())
+        refuse_shared(&named)
     }
 
-    fn files(&self) -> impl Iterator<Item = &PathBuf> {
-        [&self.folded, &self.svg, &self.timeline]
+    /// Every destination with the option that asked for it.
+    fn named(&self) -> Vec<(&'static str, &Destination)> {
+        let report = self
+            .report
+            .as_ref()
+            .map(|(destination, _)| match destination {
+                Destination::File(_) => ("-o", destination),
+                Destination::Stdout => ("the report", destination),
+            });
+        let files = [
+            ("--folded", &self.folded),
+            ("--svg", &self.svg),
+            ("--timeline", &self.timeline),
+        ];
+        report
             .into_iter()
-            .flatten()
+            .chain(
+                files
+                    .into_iter()
+                    .filter_map(|(name, d)| d.as_ref().map(|d| (name, d))),
+            )
+            .collect()
     }
 
     /// Writes every output, trying them all even when one fails; returns what was written to
@@ -101,7 +126,7 @@ impl Outputs {
             match result {
                 Ok(Some(path)) => written.push(path.clone()),
                 Ok(None) => {}
-                Err(err) => errors.push(format!("{err:#}")),
+                Err(err) => errors.push(error_line(&err)),
             }
         }
         let mut put = |destination: Destination, contents: Result<String>| match contents
@@ -109,20 +134,17 @@ impl Outputs {
         {
             Ok(Destination::File(path)) => written.push(path),
             Ok(Destination::Stdout) => {}
-            Err(err) => errors.push(format!("{err:#}")),
+            Err(err) => errors.push(error_line(&err)),
         };
         let folded = present::folded::render(report, self.weight);
-        if let Some(path) = &self.folded {
-            put(Destination::File(path.clone()), Ok(folded.clone()));
+        if let Some(destination) = &self.folded {
+            put(destination.clone(), Ok(folded.clone()));
         }
-        if let Some(path) = &self.svg {
+        if let Some(destination) = &self.svg {
             let title = svg_title(report, self.weight);
-            put(
-                Destination::File(path.clone()),
-                present::svg::render(&folded, &title),
-            );
+            put(destination.clone(), present::svg::render(&folded, &title));
         }
-        if let Some(path) = &self.timeline {
+        if let Some(destination) = &self.timeline {
             let names = TimelineNames {
                 processes: &timeline.processes,
                 threads: &timeline.threads,
@@ -131,7 +153,7 @@ impl Outputs {
                 lost: &report.lost,
             };
             put(
-                Destination::File(path.clone()),
+                destination.clone(),
                 present::trace_event::render(&timeline.slices, &names),
             );
         }
@@ -148,6 +170,43 @@ impl Outputs {
             Format::Csv => present::csv::render(report),
         })
     }
+}
+
+/// Refuses two outputs to standard output (they would interleave into one stream), or two to
+/// the same file under any spelling (`X` and `./X`, a hard link, a symlink): the second would
+/// replace the first.
+fn refuse_shared(named: &[(&str, &Destination)]) -> Result<()> {
+    let stdout: Vec<&str> = named
+        .iter()
+        .filter(|(_, d)| matches!(d, Destination::Stdout))
+        .map(|(name, _)| *name)
+        .collect();
+    if let [first, second, ..] = stdout[..] {
+        bail!("{first} and {second} would both go to standard output (give one of them a file)");
+    }
+    let files: Vec<(&str, &Destination, Identity)> = named
+        .iter()
+        .filter_map(|(name, d)| d.replaced_file().map(|id| (*name, *d, id)))
+        .collect();
+    for (i, (first, destination, id)) in files.iter().enumerate() {
+        if let Some((second, ..)) = files[i + 1..].iter().find(|(_, _, other)| other == id) {
+            let Destination::File(path) = destination else {
+                continue;
+            };
+            bail!(
+                "{first} and {second} name the same file ({}): give each its own",
+                path.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The closing stderr note on what was lost, when anything was: whatever the report's
+/// destination, the user running the trace sees it (the folded file has no room for it).
+pub fn lost_note(report: &Report) -> Option<String> {
+    let lost = present::text::nonzero_lost(report);
+    (!lost.is_empty()).then(|| format!("lost events: {}", lost.join(", ")))
 }
 
 fn svg_title(report: &Report, weight: Weight) -> SvgTitle {
@@ -203,5 +262,17 @@ mod tests {
         harvest.counters.iter_mut().for_each(|(_, n)| *n = 0);
         let clean = svg_title(&build_report(&harvest, &symbols, &meta), Weight::Wait);
         assert!(!clean.subtitle.contains("lost"), "{}", clean.subtitle);
+    }
+
+    #[test]
+    fn lost_note_names_nonzero_counters_only() {
+        let (mut harvest, symbols, meta) = sample();
+        harvest.counters.iter_mut().for_each(|(_, n)| *n = 0);
+        assert_eq!(lost_note(&build_report(&harvest, &symbols, &meta)), None);
+        harvest.counters[tracer_common::Counter::AggMapFull as usize].1 = 5;
+        assert_eq!(
+            lost_note(&build_report(&harvest, &symbols, &meta)).as_deref(),
+            Some("lost events: aggregation_map_full=5")
+        );
     }
 }

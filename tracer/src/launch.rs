@@ -8,20 +8,138 @@ use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
 
 use anyhow::{bail, Context as _, Result};
 
-/// Exit status of a command that could not be executed (as shells use it).
-const EXEC_FAILED: i32 = 127;
-/// Exit status of a command whose tracer went away before letting it run.
-const NEVER_RELEASED: i32 = 126;
+/// Exit status of a command that was not found (as shells use it).
+const NOT_FOUND: i32 = 127;
+/// Exit status of a command found but not executable (as shells use it), or whose tracer went
+/// away before letting it run.
+const NOT_EXECUTABLE: i32 = 126;
+const NEVER_RELEASED: i32 = NOT_EXECUTABLE;
 
 /// A command forked and waiting for `release` before it execs.
 pub struct Launched {
     pub pid: u32,
     program: String,
     go: Option<OwnedFd>,
+    /// Read end of a close-on-exec pipe: closed by a successful execve, or carrying its errno.
+    exec_result: Option<OwnedFd>,
+}
+
+/// The command could not be executed: the tracer says so in one line and exits with the
+/// status a shell would give (127 not found, 126 otherwise), without a report of its own fork.
+#[derive(Debug)]
+pub struct ExecFailed {
+    pub program: String,
+    pub error: std::io::Error,
+}
+
+impl ExecFailed {
+    pub fn exit_code(&self) -> i32 {
+        match self.error.raw_os_error() {
+            Some(libc::ENOENT) | Some(libc::ENOTDIR) => NOT_FOUND,
+            _ => NOT_EXECUTABLE,
+        }
+    }
+}
+
+impl std::fmt::Display for ExecFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let program = self.program.escape_debug();
+        let error = std::io::Error::from_raw_os_error(self.error.raw_os_error().unwrap_or(0));
+        // The bare strerror text, as a shell prints it ("No such file or directory").
+        let message = error.to_string();
+        let message = message.split(" (os error").next().unwrap_or(&message);
+        write!(f, "cannot run {program}: {message}")
+    }
+}
+
+impl std::error::Error for ExecFailed {}
+
+/// Who a launched command runs as (`--user`): resolved before the fork, applied in the child
+/// just before its execve, as `sudo -u USER` would, with HOME, USER and LOGNAME set for it.
+pub struct Identity {
+    uid: libc::uid_t,
+    gid: libc::gid_t,
+    groups: Vec<libc::gid_t>,
+    env: Vec<CString>,
+}
+
+impl Identity {
+    /// The user named `user` (a name or a numeric uid) in the password database.
+    pub fn of(user: &str) -> Result<Self> {
+        let name = CString::new(user).context("a user name contains a NUL byte")?;
+        let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
+        let mut buffer = vec![0 as libc::c_char; 16 * 1024];
+        let mut found: *mut libc::passwd = std::ptr::null_mut();
+        let (buf, len) = (buffer.as_mut_ptr(), buffer.len());
+        // SAFETY: every pointer is to a live buffer of ours, `len` long for `buf`.
+        let status = match user.parse::<libc::uid_t>() {
+            Ok(uid) => unsafe { libc::getpwuid_r(uid, &mut entry, buf, len, &mut found) },
+            Err(_) => unsafe { libc::getpwnam_r(name.as_ptr(), &mut entry, buf, len, &mut found) },
+        };
+        if status != 0 || found.is_null() {
+            bail!("--user {}: no such user", user.escape_debug());
+        }
+        // SAFETY: getpwnam_r filled `entry` with C strings pointing into `buffer`.
+        let (login, home) = unsafe {
+            (
+                std::ffi::CStr::from_ptr(entry.pw_name).to_owned(),
+                std::ffi::CStr::from_ptr(entry.pw_dir).to_owned(),
+            )
+        };
+        let groups = groups_of(&login, entry.pw_gid)?;
+        let mut env: Vec<CString> = std::env::vars_os()
+            .filter(|(key, _)| !matches!(key.to_str(), Some("HOME" | "USER" | "LOGNAME")))
+            .filter_map(|(key, value)| {
+                let mut pair = key.into_encoded_bytes();
+                pair.push(b'=');
+                pair.extend(value.into_encoded_bytes());
+                CString::new(pair).ok()
+            })
+            .collect();
+        for (key, value) in [("HOME", &home), ("USER", &login), ("LOGNAME", &login)] {
+            let mut pair = format!("{key}=").into_bytes();
+            pair.extend(value.as_bytes());
+            env.push(CString::new(pair).expect("no NUL in a C string's bytes"));
+        }
+        Ok(Self {
+            uid: entry.pw_uid,
+            gid: entry.pw_gid,
+            groups,
+            env,
+        })
+    }
+
+    /// In the forked child: drops to this identity. Only async-signal-safe calls.
+    unsafe fn assume(&self) -> bool {
+        // SAFETY: the groups vector is alive in this copy of the process.
+        unsafe {
+            libc::setgroups(self.groups.len(), self.groups.as_ptr()) == 0
+                && libc::setgid(self.gid) == 0
+                && libc::setuid(self.uid) == 0
+        }
+    }
+}
+
+/// The supplementary groups of `login` (with `gid`), as initgroups would set them.
+fn groups_of(login: &std::ffi::CStr, gid: libc::gid_t) -> Result<Vec<libc::gid_t>> {
+    let mut count: libc::c_int = 64;
+    loop {
+        let mut groups = vec![0 as libc::gid_t; count as usize];
+        // SAFETY: `groups` holds `count` entries; getgrouplist updates `count`.
+        let got =
+            unsafe { libc::getgrouplist(login.as_ptr(), gid, groups.as_mut_ptr(), &mut count) };
+        if got >= 0 {
+            groups.truncate(count as usize);
+            return Ok(groups);
+        }
+        if count as usize <= groups.len() {
+            bail!("cannot read the groups of {}", login.to_string_lossy());
+        }
+    }
 }
 
 impl Launched {
-    pub fn spawn_held(command: &[String]) -> Result<Self> {
+    pub fn spawn_held(command: &[String], user: Option<&Identity>) -> Result<Self> {
         let Some(program) = command.first() else {
             bail!("no command after --");
         };
@@ -34,22 +152,38 @@ impl Launched {
             .context("a command argument contains a NUL byte")?;
         let mut argv: Vec<*const libc::c_char> = args.iter().map(|arg| arg.as_ptr()).collect();
         argv.push(std::ptr::null());
+        let mut envp: Vec<*const libc::c_char> = user
+            .map(|id| id.env.iter().map(|pair| pair.as_ptr()).collect())
+            .unwrap_or_default();
+        envp.push(std::ptr::null());
         let (wait_end, go_end) = cloexec_pipe()?;
-        // SAFETY: the child branch only calls read, execvp and _exit.
+        let (result_end, report_end) = cloexec_pipe()?;
+        // SAFETY: the child branch only calls read, execvp, write and _exit.
         match unsafe { libc::fork() } {
             -1 => Err(std::io::Error::last_os_error()).context("fork"),
             0 => {
                 drop(go_end);
-                // SAFETY: argv is NUL-terminated and points into `args`, alive in this copy.
-                unsafe { wait_then_exec(wait_end.as_raw_fd(), argv.as_ptr()) }
+                drop(result_end);
+                // SAFETY: argv and envp are NUL-terminated and point into `args` and the
+                // identity, alive in this copy.
+                unsafe {
+                    wait_then_exec(
+                        wait_end.as_raw_fd(),
+                        report_end.as_raw_fd(),
+                        argv.as_ptr(),
+                        user.map(|id| (id, envp.as_ptr())),
+                    )
+                }
             }
             pid => {
                 drop(wait_end);
+                drop(report_end);
                 log::debug!("launched {program} as pid {pid}, held before execve");
                 Ok(Self {
                     pid: pid as u32,
                     program: program.clone(),
                     go: Some(go_end),
+                    exec_result: Some(result_end),
                 })
             }
         }
@@ -70,7 +204,8 @@ impl Launched {
             .collect()
     }
 
-    /// Lets the command exec and run.
+    /// Lets the command exec and run; fails with ExecFailed (the child reaped) when its execve
+    /// failed.
     pub fn release(&mut self) -> Result<()> {
         if let Some(go) = self.go.take() {
             let byte = [1u8];
@@ -80,25 +215,44 @@ impl Launched {
                 return Err(std::io::Error::last_os_error()).context("releasing the command");
             }
         }
-        Ok(())
+        let Some(result) = self.exec_result.take() else {
+            return Ok(());
+        };
+        let Some(errno) = read_exec_errno(&result)? else {
+            return Ok(());
+        };
+        // The child exits right after reporting: reap it, and leave no report of it.
+        let _ = wait_for(self.pid);
+        Err(ExecFailed {
+            program: self.program.clone(),
+            error: std::io::Error::from_raw_os_error(errno),
+        }
+        .into())
     }
 
     /// Waits for the command to end; returns its exit code, or 128 + the signal that killed
     /// it, as shells report it.
     pub fn wait(self) -> Result<i32> {
+        wait_for(self.pid)
+    }
+
+    /// Ends a command still running when the trace ended (`q`, `-d`): SIGTERM, then SIGKILL if
+    /// it has not exited after `grace`, as `perf stat --timeout` does. Returns its status.
+    pub fn stop(self, grace: std::time::Duration) -> Result<i32> {
+        self.forward(libc::SIGTERM);
+        let deadline = std::time::Instant::now() + grace;
         let mut status = 0;
-        loop {
-            // SAFETY: waiting for our own child with a valid status pointer.
-            let got = unsafe { libc::waitpid(self.pid as i32, &mut status, 0) };
-            if got == self.pid as i32 {
-                break;
+        while std::time::Instant::now() < deadline {
+            // SAFETY: polling our own child with a valid status pointer.
+            if unsafe { libc::waitpid(self.pid as i32, &mut status, libc::WNOHANG) }
+                == self.pid as i32
+            {
+                return Ok(exit_code(status));
             }
-            let err = std::io::Error::last_os_error();
-            if err.raw_os_error() != Some(libc::EINTR) {
-                return Err(err).with_context(|| format!("waiting for pid {}", self.pid));
-            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
         }
-        Ok(exit_code(status))
+        self.forward(libc::SIGKILL);
+        wait_for(self.pid)
     }
 
     /// Passes a signal that ended the trace on to the command, which would otherwise keep the
@@ -107,6 +261,50 @@ impl Launched {
         // SAFETY: signalling our own child.
         unsafe { libc::kill(self.pid as i32, signal) };
     }
+}
+
+fn wait_for(pid: u32) -> Result<i32> {
+    let mut status = 0;
+    loop {
+        // SAFETY: waiting for our own child with a valid status pointer.
+        let got = unsafe { libc::waitpid(pid as i32, &mut status, 0) };
+        if got == pid as i32 {
+            break;
+        }
+        let err = std::io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EINTR) {
+            return Err(err).with_context(|| format!("waiting for pid {pid}"));
+        }
+    }
+    Ok(exit_code(status))
+}
+
+/// What the child reported on its close-on-exec pipe: nothing (end of file) when execve
+/// succeeded, else its errno.
+fn read_exec_errno(pipe: &OwnedFd) -> Result<Option<i32>> {
+    let mut bytes = [0u8; 4];
+    let mut got = 0;
+    while got < bytes.len() {
+        // SAFETY: reading into the unfilled tail of a valid buffer.
+        let n = unsafe {
+            libc::read(
+                pipe.as_raw_fd(),
+                bytes[got..].as_mut_ptr().cast(),
+                bytes.len() - got,
+            )
+        };
+        match n {
+            0 => break,
+            n if n > 0 => got += n as usize,
+            _ => {
+                let err = std::io::Error::last_os_error();
+                if err.raw_os_error() != Some(libc::EINTR) {
+                    return Err(err).context("reading whether the command started");
+                }
+            }
+        }
+    }
+    Ok((got == bytes.len()).then(|| i32::from_ne_bytes(bytes)))
 }
 
 fn exit_code(status: i32) -> i32 {
@@ -128,8 +326,14 @@ fn cloexec_pipe() -> Result<(OwnedFd, OwnedFd)> {
 }
 
 /// In the forked child: blocks until the tracer writes its byte (or exits without it, which
-/// closes the pipe), then execs. Never returns.
-unsafe fn wait_then_exec(fd: i32, argv: *const *const libc::c_char) -> ! {
+/// closes the pipe), then execs; if that fails, writes its errno to `report` for the tracer.
+/// Never returns.
+unsafe fn wait_then_exec(
+    fd: i32,
+    report: i32,
+    argv: *const *const libc::c_char,
+    user: Option<(&Identity, *const *const libc::c_char)>,
+) -> ! {
     let mut byte = 0u8;
     let got = loop {
         // SAFETY: reading one byte into a valid buffer.
@@ -143,10 +347,28 @@ unsafe fn wait_then_exec(fd: i32, argv: *const *const libc::c_char) -> ! {
         // SAFETY: leaving the child without running the parent's atexit handlers.
         unsafe { libc::_exit(NEVER_RELEASED) };
     }
-    // SAFETY: argv[0] and the array are valid, NUL-terminated C strings.
+    // SAFETY: argv[0] and the array are valid, NUL-terminated C strings; errno is this
+    // thread's; the errno bytes are a valid buffer.
     unsafe {
-        libc::execvp(*argv, argv);
-        libc::_exit(EXEC_FAILED)
+        match user {
+            Some((identity, envp)) => {
+                if identity.assume() {
+                    libc::execvpe(*argv, argv, envp);
+                }
+            }
+            None => {
+                libc::execvp(*argv, argv);
+            }
+        }
+        let errno = *libc::__errno_location();
+        let bytes = errno.to_ne_bytes();
+        libc::write(report, bytes.as_ptr().cast(), bytes.len());
+        let status = if errno == libc::ENOENT || errno == libc::ENOTDIR {
+            NOT_FOUND
+        } else {
+            NOT_EXECUTABLE
+        };
+        libc::_exit(status)
     }
 }
 
@@ -156,9 +378,15 @@ mod tests {
 
     fn run_held(command: &[&str]) -> i32 {
         let command: Vec<String> = command.iter().map(|s| (*s).to_owned()).collect();
-        let mut launched = Launched::spawn_held(&command).unwrap();
+        let mut launched = Launched::spawn_held(&command, None).unwrap();
         launched.release().unwrap();
         launched.wait().unwrap()
+    }
+
+    fn exec_failure(command: &str) -> ExecFailed {
+        let mut launched = Launched::spawn_held(&[command.to_owned()], None).unwrap();
+        let err = launched.release().unwrap_err();
+        err.downcast::<ExecFailed>().expect("an ExecFailed")
     }
 
     #[test]
@@ -168,7 +396,25 @@ mod tests {
             run_held(&["sh", "-c", "kill -TERM $$"]),
             128 + libc::SIGTERM
         );
-        assert_eq!(run_held(&["/nonexistent/program"]), EXEC_FAILED);
+    }
+
+    #[test]
+    fn a_command_that_cannot_run_fails_its_release() {
+        let missing = exec_failure("/nonexistent/program");
+        assert_eq!(missing.exit_code(), 127);
+        assert_eq!(
+            missing.to_string(),
+            "cannot run /nonexistent/program: No such file or directory"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("not-executable");
+        std::fs::write(&script, "#!/bin/sh\n").unwrap();
+        let refused = exec_failure(&script.display().to_string());
+        assert_eq!(refused.exit_code(), 126);
+        assert!(
+            refused.to_string().ends_with(": Permission denied"),
+            "{refused}"
+        );
     }
 
     #[test]
@@ -177,6 +423,7 @@ mod tests {
             pid: 0,
             program: "/work/target/release/mmapsem-workload".to_owned(),
             go: None,
+            exec_result: None,
         };
         assert_eq!(launched.comm(), "mmapsem-workloa");
     }
@@ -188,7 +435,7 @@ mod tests {
             "touch".to_owned(),
             dir.display().to_string(), // would be created if the command ran
         ];
-        let mut launched = Launched::spawn_held(&command).unwrap();
+        let mut launched = Launched::spawn_held(&command, None).unwrap();
         // The tracer gives up before releasing it: the pipe closes.
         drop(launched.go.take());
         assert_eq!(launched.wait().unwrap(), NEVER_RELEASED);

@@ -11,7 +11,7 @@ use crate::cli::{Cli, UserStackArg, View};
 use crate::collect::{watch_until_done, NoSink, Stops, Targets, Watch, Windows};
 use crate::exports::{Outputs, TimelineData};
 use crate::intervals::IntervalPrinter;
-use crate::launch::Launched;
+use crate::launch::{Identity, Launched};
 use crate::live;
 use crate::model::unwound::CopyStats;
 use crate::model::{build_report, delta, timeline, Harvest, TraceMeta};
@@ -36,7 +36,8 @@ pub fn run(mut cli: Cli) -> Result<i32> {
         None
     } else {
         // Before anything that may start threads: the child is forked from this process.
-        let launched = Launched::spawn_held(&cli.command)?;
+        let identity = cli.user.as_deref().map(Identity::of).transpose()?;
+        let launched = Launched::spawn_held(&cli.command, identity.as_ref())?;
         cli.pid = vec![launched.pid];
         Some(launched)
     };
@@ -144,6 +145,10 @@ pub fn run(mut cli: Cli) -> Result<i32> {
                 .join(",")
         )
     };
+    // Released before saying it is traced: a command that cannot run gets one error line.
+    if let Some(launched) = launched.as_mut() {
+        launched.release()?;
+    }
     eprintln!(
         "mmapsem-trace: attached to mmap_lock tracepoints; tracing {what}; {}",
         if matches!(view, View::Live { .. }) {
@@ -152,10 +157,6 @@ pub fn run(mut cli: Cli) -> Result<i32> {
             "Ctrl-C to stop"
         }
     );
-
-    if let Some(launched) = launched.as_mut() {
-        launched.release()?;
-    }
 
     let windows = Windows::new(&targets, &comm, cli.stack_threshold());
     let mut watch_with = |sink: &mut dyn crate::collect::Sink, probes: &mut Probes| {
@@ -188,7 +189,8 @@ pub fn run(mut cli: Cli) -> Result<i32> {
             (watch, failure, windows.into_symbolizer())
         }
     };
-    let ended_by_signal = signal_named(watch.ended_by);
+    let ended_by = watch.ended_by;
+    let ended_by_signal = signal_named(ended_by);
     exit_on_second_signal(runtime, stops, ended_by_signal.is_some());
     if watch.exited {
         eprintln!("mmapsem-trace: target exited; the report covers the trace until then");
@@ -204,15 +206,16 @@ pub fn run(mut cli: Cli) -> Result<i32> {
         comm,
         origin_ns,
     );
-    // A launched command is waited for whatever happened to the trace.
+    // A launched command is waited for whatever happened to the trace: given the signal that
+    // ended it, or, when the trace ended first (q, -d, an error), stopped.
     let status = match launched {
         None => 0,
-        Some(launched) => {
-            if let Some(signal) = ended_by_signal {
-                launched.forward(signal);
-            }
+        Some(launched) if ended_by_signal.is_some() => {
+            launched.forward(ended_by_signal.unwrap_or(libc::SIGTERM));
             launched.wait()?
         }
+        Some(launched) if command_outlived_the_trace(ended_by) => launched.stop(STOP_GRACE)?,
+        Some(launched) => launched.wait()?,
     };
     match failure {
         Some(err) => {
@@ -221,6 +224,14 @@ pub fn run(mut cli: Cli) -> Result<i32> {
         }
         None => finished.map(|()| status),
     }
+}
+
+/// How long a command still running when the trace ended gets to exit after SIGTERM.
+const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// True when the trace ended before its launched command did, other than by a signal.
+fn command_outlived_the_trace(ended_by: &str) -> bool {
+    matches!(ended_by, "quit" | "duration reached" | "error")
 }
 
 /// After the trace, a second Ctrl-C (or SIGTERM, SIGHUP) ends the tracer at once, without
@@ -360,6 +371,9 @@ fn finish(
         for broken in crate::model::invariants::check(&report) {
             log::warn!("report invariant broken: {broken}");
         }
+    }
+    if let Some(note) = crate::exports::lost_note(&report) {
+        eprintln!("mmapsem-trace: {note}");
     }
     for path in outputs.write(&report, &timeline_data)? {
         eprintln!("mmapsem-trace: wrote {}", path.display());

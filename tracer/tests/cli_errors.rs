@@ -102,3 +102,82 @@ fn missing_tracepoint_is_named_with_its_kernel() {
         "kernel lacks tracepoint mmap_lock:mmap_lock_start_locking (added in Linux 5.10",
     );
 }
+
+#[test]
+fn out_of_range_map_sizes_are_usage_errors_naming_the_range() {
+    for (flag, value) in [
+        ("--max-entries", "0"),
+        ("--max-entries", "4294967295"),
+        ("--max-stacks", "0"),
+        ("--user-stack-bytes", "1000000"),
+    ] {
+        let out = run(&["-p", "1", flag, value]);
+        assert_one_line_error(&out, &format!("invalid value '{value}' for '{flag} <"));
+        assert_one_line_error(&out, "is not in 1..=");
+        assert_eq!(out.status.code(), Some(2), "a usage error");
+    }
+}
+
+#[test]
+fn absurd_durations_are_usage_errors() {
+    for args in [
+        ["-d", "NaN"],
+        ["-d", "-1"],
+        ["-d", "inf"],
+        ["-d", "1e20"],
+        ["-i", "1e30"],
+    ] {
+        let out = run(&["-p", "1", args[0], args[1]]);
+        assert_one_line_error(&out, "10 years");
+        assert_eq!(out.status.code(), Some(2), "{args:?}: a usage error");
+    }
+    assert_one_line_error(&run(&["-p", "1", "-d=-1"]), "for '--duration <SECS>'");
+}
+
+#[test]
+fn a_negative_pid_is_named_without_a_tip_to_run_it() {
+    let out = run(&["-p", "-1"]);
+    assert_one_line_error(&out, "invalid value '-1' for '--pid");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("'-- -1'"), "{stderr}");
+}
+
+#[test]
+fn missing_target_names_every_way_to_give_one() {
+    let out = run(&[]);
+    assert_one_line_error(&out, "--pid");
+    assert_one_line_error(&out, "--all");
+    assert_one_line_error(&out, "CMD");
+}
+
+#[test]
+fn usage_errors_point_to_help_once() {
+    let out = run(&["-p", "x"]);
+    assert_one_line_error(&out, "(see --help)");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.matches("--help").count(), 1, "{stderr}");
+}
+
+/// The command is forked before the programs load: its execve failing must end the run with
+/// the shell's status and one line, not a report on the tracer's own forked copy.
+#[test]
+fn a_command_that_cannot_run_is_one_line_and_no_report() {
+    if !bpf_available("a_command_that_cannot_run_is_one_line_and_no_report") {
+        return;
+    }
+    let out = run(&["--no-live", "--", "/nonexistent-mmapsem-cmd"]);
+    assert_one_line_error(
+        &out,
+        "cannot run /nonexistent-mmapsem-cmd: No such file or directory",
+    );
+    assert_eq!(out.status.code(), Some(127));
+    assert!(out.stdout.is_empty(), "a report was printed");
+
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("not-executable");
+    std::fs::write(&script, "#!/bin/sh\necho ran\n").unwrap();
+    let out = run(&["--no-live", "--", script.to_str().unwrap()]);
+    assert_one_line_error(&out, "not-executable: Permission denied");
+    assert_eq!(out.status.code(), Some(126));
+    assert!(out.stdout.is_empty(), "a report was printed");
+}

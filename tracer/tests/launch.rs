@@ -190,3 +190,41 @@ fn a_command_is_traced_with_the_processes_it_starts() {
         report["processes"]
     );
 }
+
+/// `--user` runs the command as that user, as `sudo -u` would (whose own fork the tracer would
+/// not follow into the command).
+#[test]
+fn user_runs_the_command_as_that_user() {
+    if !bpf_available("user_runs_the_command_as_that_user") {
+        return;
+    }
+    let _serial = common::serial();
+    let (out, report) = trace_command_with(
+        &["--user", "nobody"],
+        &["sh", "-c", "id -u; id -g; echo $USER $HOME"],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines, ["65534", "65534", "nobody /nonexistent"], "{stdout}");
+    assert!(write_acquisitions(&report) > 0, "{report}");
+}
+
+/// The trace ends (here `-d 1`) while the command still runs: the command is stopped
+/// (SIGTERM, then SIGKILL after a grace period) rather than waited for.
+#[test]
+fn a_command_outliving_the_trace_is_stopped() {
+    if !bpf_available("a_command_outliving_the_trace_is_stopped") {
+        return;
+    }
+    let _serial = common::serial();
+    let started = std::time::Instant::now();
+    let (out, report) = trace_command_with(&["-d", "1"], &["sleep", "120"]);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(60),
+        "waited {:?} for the command",
+        started.elapsed()
+    );
+    assert_eq!(out.status.code(), Some(128 + libc::SIGTERM), "{out:?}");
+    assert!(report["duration_ns"].as_u64().unwrap() >= 1_000_000_000);
+}

@@ -60,10 +60,13 @@ fn two_workloads_each_get_a_process_row_and_the_tracer_none() {
     }
     // hold's five mprotect() calls each hold the lock for write.
     assert!(u(&row(hold_pid)["holds"]) >= 5);
-    assert!(
-        processes.iter().all(|p| p["pid"] != tracer_pid),
-        "the tracer traced itself: {processes:#?}"
-    );
+    // The tracer's own mm is never traced; it may have a row as an outside locker of the
+    // processes whose /proc files it read.
+    let own = entries(&report)
+        .iter()
+        .filter(|e| e["pid"] == tracer_pid)
+        .count();
+    assert_eq!(own, 0, "the tracer traced itself: {processes:#?}");
     let waits: Vec<u64> = processes.iter().map(|p| u(&p["wait_ns"])).collect();
     assert!(
         waits.windows(2).all(|w| w[0] >= w[1]),
@@ -88,9 +91,7 @@ fn two_workloads_each_get_a_process_row_and_the_tracer_none() {
             "process row without an entry: {p}"
         );
     }
-    assert!(entries
-        .iter()
-        .all(|e| e["pid"] != tracer_pid && e["locker"]["pid"] != tracer_pid));
+    assert!(entries.iter().all(|e| e["pid"] != tracer_pid));
 }
 
 #[test]
@@ -168,13 +169,17 @@ fn an_exited_processs_reused_mm_gets_no_outside_lockers() {
         .status()
         .expect("running taskset (util-linux)");
     assert!(forks.success());
+    let tracer_pid = tracer.pid();
     unsafe { libc::kill(tracer.pid() as i32, libc::SIGTERM) };
     let result = tracer.finish();
     assert!(result.status.success(), "{}", result.stderr);
     let report = json(&result.stdout);
+    // The tracer's own reads of the process while it lived are outside lockers too: not
+    // what this is about.
     let stray: Vec<&Value> = entries(&report)
         .iter()
         .filter(|e| e["pid"] == exited_pid && e["outside_locker"] == true)
+        .filter(|e| e["locker"]["pid"] != tracer_pid)
         .collect();
     assert!(
         stray.is_empty(),

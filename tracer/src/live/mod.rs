@@ -101,7 +101,7 @@ impl LiveView {
         if let Some(ui) = self.ui.take() {
             match ui.join() {
                 Ok(Ok(())) => {}
-                Ok(Err(err)) => log::warn!("live view: {err:#}"),
+                Ok(Err(err)) => log::warn!("live view: {}", crate::cli::error_line(&err)),
                 Err(_) => log::warn!("live view panicked; the exports are still written"),
             }
         }

@@ -6,9 +6,9 @@
 //! the `--` frame marks where the user stack enters the kernel (kernel frames carry the `_[k]`
 //! suffix that flamegraph palettes colour as kernel).
 //!
-//! Non-zero lost-event counters come first, on a `# lost events (not drawn): name=N, ...`
-//! line. It does not end in a space and a number, so flamegraph.pl and inferno skip it as an
-//! invalid line (with a warning), speedscope ignores it, and `grep -v '^#'` drops it.
+//! The file holds stack lines and nothing else: strict readers (inferno-diff-folded, most
+//! parsers) reject any other line, so the lost-event counters go to the SVG subtitle, the
+//! other formats and stderr instead.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -85,33 +85,11 @@ pub fn render(report: &Report, weight: Weight) -> String {
             *lines.entry(stack_path(report, e)).or_default() += value;
         }
     }
-    let mut out = lost_comment(report);
+    let mut out = String::new();
     for (path, value) in lines {
         let _ = writeln!(out, "{path} {value}");
     }
     out
-}
-
-/// Starts every comment line: folded-stack readers skip it (see the module's doc).
-pub const COMMENT: &str = "#";
-
-/// The `# lost events ...` line, or nothing when nothing was lost.
-fn lost_comment(report: &Report) -> String {
-    let lost: Vec<String> = report
-        .lost
-        .iter()
-        .filter(|(_, &n)| n > 0)
-        .map(|(name, n)| format!("{name}={n}"))
-        .collect();
-    if lost.is_empty() {
-        return String::new();
-    }
-    format!("{COMMENT} lost events (not drawn): {}\n", lost.join(", "))
-}
-
-/// The stack lines of folded text, without its comments.
-pub fn stack_lines(folded: &str) -> impl Iterator<Item = &str> {
-    folded.lines().filter(|line| !line.starts_with(COMMENT))
 }
 
 fn stack_path(report: &Report, e: &Entry) -> String {
@@ -194,7 +172,7 @@ mod tests {
     #[test]
     fn wait_lines_are_root_first_with_cause_mode_and_separator() {
         let text = render(&sample_report(), Weight::Wait);
-        let lines: Vec<(Vec<&str>, u64)> = stack_lines(&text).map(parse).collect();
+        let lines: Vec<(Vec<&str>, u64)> = text.lines().map(parse).collect();
         assert_eq!(lines.len(), 2, "{text}");
         let munmap = lines.iter().find(|(f, _)| f[1] == "[munmap]").unwrap();
         assert_eq!(
@@ -228,33 +206,25 @@ mod tests {
         );
         assert!(hold.contains("app;[no stack (short)];[read] 2\n"), "{hold}");
         let count = render(&report, Weight::Count);
-        let total: u64 = stack_lines(&count).map(|l| parse(l).1).sum();
+        let total: u64 = count.lines().map(|l| parse(l).1).sum();
         assert_eq!(total, 3, "one per timed wait: {count}");
     }
 
     #[test]
-    fn lost_counters_lead_on_a_line_that_folded_readers_skip() {
+    fn lost_counters_stay_out_of_the_stack_lines() {
         let (mut harvest, symbols, meta) = sample();
         harvest.counters[tracer_common::Counter::AggMapFull as usize].1 = 12;
         let text = render(&build_report(&harvest, &symbols, &meta), Weight::Wait);
-        let first = text.lines().next().unwrap();
-        assert_eq!(
-            first,
-            "# lost events (not drawn): aggregation_map_full=12, unpaired_release=2"
-        );
-        // flamegraph.pl and inferno want a space and a count at the end of a stack line.
-        let last_word = first.rsplit(' ').next().unwrap();
-        assert!(last_word.parse::<u64>().is_err(), "{first}");
-        assert_eq!(stack_lines(&text).count(), text.lines().count() - 1);
-        assert!(stack_lines(&text).all(|l| parse(l).1 > 0));
-    }
-
-    #[test]
-    fn no_losses_no_comment() {
-        let (mut harvest, symbols, meta) = sample();
-        harvest.counters.iter_mut().for_each(|(_, n)| *n = 0);
-        let text = render(&build_report(&harvest, &symbols, &meta), Weight::Wait);
-        assert!(!text.contains('#'), "{text}");
+        assert!(!text.is_empty());
+        // What strict folded readers accept: `frames value` on every line.
+        for line in text.lines() {
+            let (stack, value) = line.rsplit_once(' ').expect("a space before the value");
+            assert!(
+                !stack.is_empty() && value.parse::<u64>().is_ok(),
+                "{line:?}"
+            );
+        }
+        assert!(!text.contains("lost"), "{text}");
     }
 
     #[test]
@@ -264,7 +234,7 @@ mod tests {
         meta.pids.clear();
         let text = render(&build_report(&harvest, &symbols, &meta), Weight::Wait);
         assert!(
-            stack_lines(&text).all(|l| l.starts_with("app (pid 42);")),
+            text.lines().all(|l| l.starts_with("app (pid 42);")),
             "{text}"
         );
     }

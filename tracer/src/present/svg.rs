@@ -11,7 +11,6 @@ use inferno::flamegraph::{
     color::{Color, MultiPalette, Palette, PaletteMap},
 };
 
-use super::folded::stack_lines;
 use crate::model::Cause;
 
 /// What the picture is of.
@@ -35,8 +34,7 @@ pub fn render(folded: &str, title: &SvgTitle) -> Result<String> {
     // A little wider than the default 1200 px: kernel frames have long names.
     options.image_width = Some(1600);
     let mut svg = Vec::new();
-    // Comment lines (lost counters) go in the subtitle, not to inferno, which would warn.
-    let lines: Vec<&str> = stack_lines(folded).collect();
+    let lines: Vec<&str> = folded.lines().collect();
     if lines.iter().all(|line| line.trim().is_empty()) {
         // inferno refuses empty input; an empty graph still says what was traced.
         options.notes = "no samples".into();
@@ -97,16 +95,6 @@ mod tests {
         assert!(svg.contains("[page fault]"));
         // The munmap cause frame has its fixed colour.
         assert!(svg.contains("rgb(214,39,40)"), "cause colour missing");
-    }
-
-    #[test]
-    fn comment_lines_are_not_drawn() {
-        let folded = "# lost events (not drawn): aggregation_map_full=3\napp;[mmap];[write] 10\n";
-        let svg = render(folded, &title()).unwrap();
-        assert!(svg.contains("[mmap]"));
-        assert!(!svg.contains("lost events"), "a comment drawn as a frame");
-        let only_comment = render("# lost events (not drawn): x=1\n", &title()).unwrap();
-        assert!(only_comment.contains("[no samples]"));
     }
 
     #[test]

@@ -74,8 +74,9 @@ pub fn attach(
                 return Ok(LockTracepoints::Btf);
             }
             Err(err) => log::warn!(
-                "BTF tracepoints unavailable ({err:#}): using classic tracepoints, which cost \
-                 the target more"
+                "BTF tracepoints unavailable ({}): using classic tracepoints, which cost the \
+                 target more",
+                crate::cli::error_line(&err)
             ),
         }
     }

@@ -760,7 +760,7 @@ fn raise_memlock_limit() {
 
 /// Turns EPERM from the kernel into the capability the user must add.
 fn explain_permission(err: anyhow::Error, doing: &str) -> anyhow::Error {
-    let text = format!("{err:#}");
+    let text = crate::cli::error_line(&err);
     if text.contains("Operation not permitted") || text.contains("EPERM") {
         anyhow!("not enough privilege for {doing}: needs CAP_BPF and CAP_PERFMON (or root): {text}")
     } else {
