@@ -18,6 +18,9 @@ const NEVER_RELEASED: i32 = NOT_EXECUTABLE;
 /// A command forked and waiting for `release` before it execs.
 pub struct Launched {
     pub pid: u32,
+    /// With the live view on the terminal: what the command wrote (its stdout and stderr go to
+    /// a pipe instead of into the view's screen), kept for printing after the view closes.
+    pub output: Option<CapturedOutput>,
     program: String,
     go: Option<OwnedFd>,
     /// Read end of a close-on-exec pipe: closed by a successful execve, or carrying its errno.
@@ -138,8 +141,42 @@ fn groups_of(login: &std::ffi::CStr, gid: libc::gid_t) -> Result<Vec<libc::gid_t
     }
 }
 
+/// The output of a command run beside the live view: the last CAPTURED_BYTES of it.
+#[derive(Clone, Default)]
+pub struct CapturedOutput(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+/// How much of a command's output is kept while the live view runs (the end of it).
+const CAPTURED_BYTES: usize = 1 << 20;
+
+impl CapturedOutput {
+    /// Reads `pipe` until every writer closed it (on a thread of its own: the command's own
+    /// children may keep it open after the trace).
+    fn drain(pipe: OwnedFd) -> Self {
+        let captured = Self::default();
+        let buffer = captured.clone();
+        std::thread::spawn(move || {
+            let mut pipe = std::fs::File::from(pipe);
+            let mut chunk = [0u8; 8192];
+            while let Ok(n @ 1..) = std::io::Read::read(&mut pipe, &mut chunk) {
+                let mut kept = buffer.0.lock().unwrap_or_else(|e| e.into_inner());
+                kept.extend_from_slice(&chunk[..n]);
+                let excess = kept.len().saturating_sub(CAPTURED_BYTES);
+                kept.drain(..excess);
+            }
+        });
+        captured
+    }
+
+    /// What was captured so far.
+    pub fn take(&self) -> Vec<u8> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
 impl Launched {
-    pub fn spawn_held(command: &[String], user: Option<&Identity>) -> Result<Self> {
+    /// Forks `command`, held before its execve. With `quiet`, its stdin is /dev/null and its
+    /// stdout and stderr are captured (the live view owns the terminal).
+    pub fn spawn_held(command: &[String], user: Option<&Identity>, quiet: bool) -> Result<Self> {
         let Some(program) = command.first() else {
             bail!("no command after --");
         };
@@ -158,12 +195,27 @@ impl Launched {
         envp.push(std::ptr::null());
         let (wait_end, go_end) = cloexec_pipe()?;
         let (result_end, report_end) = cloexec_pipe()?;
+        let quiet_fds = if quiet {
+            let null = std::fs::File::open("/dev/null").context("opening /dev/null")?;
+            let (read_end, write_end) = cloexec_pipe()?;
+            Some((OwnedFd::from(null), read_end, write_end))
+        } else {
+            None
+        };
         // SAFETY: the child branch only calls read, execvp, write and _exit.
         match unsafe { libc::fork() } {
             -1 => Err(std::io::Error::last_os_error()).context("fork"),
             0 => {
                 drop(go_end);
                 drop(result_end);
+                if let Some((null, _, write_end)) = &quiet_fds {
+                    // SAFETY: dup2 on descriptors this copy owns; the copies lose CLOEXEC.
+                    unsafe {
+                        libc::dup2(null.as_raw_fd(), 0);
+                        libc::dup2(write_end.as_raw_fd(), 1);
+                        libc::dup2(write_end.as_raw_fd(), 2);
+                    }
+                }
                 // SAFETY: argv and envp are NUL-terminated and point into `args` and the
                 // identity, alive in this copy.
                 unsafe {
@@ -179,8 +231,10 @@ impl Launched {
                 drop(wait_end);
                 drop(report_end);
                 log::debug!("launched {program} as pid {pid}, held before execve");
+                let output = quiet_fds.map(|(_, read_end, _)| CapturedOutput::drain(read_end));
                 Ok(Self {
                     pid: pid as u32,
+                    output,
                     program: program.clone(),
                     go: Some(go_end),
                     exec_result: Some(result_end),
@@ -378,13 +432,13 @@ mod tests {
 
     fn run_held(command: &[&str]) -> i32 {
         let command: Vec<String> = command.iter().map(|s| (*s).to_owned()).collect();
-        let mut launched = Launched::spawn_held(&command, None).unwrap();
+        let mut launched = Launched::spawn_held(&command, None, false).unwrap();
         launched.release().unwrap();
         launched.wait().unwrap()
     }
 
     fn exec_failure(command: &str) -> ExecFailed {
-        let mut launched = Launched::spawn_held(&[command.to_owned()], None).unwrap();
+        let mut launched = Launched::spawn_held(&[command.to_owned()], None, false).unwrap();
         let err = launched.release().unwrap_err();
         err.downcast::<ExecFailed>().expect("an ExecFailed")
     }
@@ -421,6 +475,7 @@ mod tests {
     fn comm_is_the_file_name_cut_to_15_bytes() {
         let launched = Launched {
             pid: 0,
+            output: None,
             program: "/work/target/release/mmapsem-workload".to_owned(),
             go: None,
             exec_result: None,
@@ -435,7 +490,7 @@ mod tests {
             "touch".to_owned(),
             dir.display().to_string(), // would be created if the command ran
         ];
-        let mut launched = Launched::spawn_held(&command, None).unwrap();
+        let mut launched = Launched::spawn_held(&command, None, false).unwrap();
         // The tracer gives up before releasing it: the pipe closes.
         drop(launched.go.take());
         assert_eq!(launched.wait().unwrap(), NEVER_RELEASED);

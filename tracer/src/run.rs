@@ -32,12 +32,14 @@ pub fn run(mut cli: Cli) -> Result<i32> {
     if let Some(floor) = cli.bench_floor {
         return crate::probes::floor::run(floor, &cli.pid);
     }
+    let view = cli.view(std::io::stdout().is_terminal())?;
     let mut launched = if cli.command.is_empty() {
         None
     } else {
         // Before anything that may start threads: the child is forked from this process.
         let identity = cli.user.as_deref().map(Identity::of).transpose()?;
-        let launched = Launched::spawn_held(&cli.command, identity.as_ref())?;
+        let live = matches!(view, View::Live { .. });
+        let launched = Launched::spawn_held(&cli.command, identity.as_ref(), live)?;
         cli.pid = vec![launched.pid];
         Some(launched)
     };
@@ -61,7 +63,6 @@ pub fn run(mut cli: Cli) -> Result<i32> {
     } else {
         Targets::Pids(cli.pid.clone())
     };
-    let view = cli.view(std::io::stdout().is_terminal())?;
     let outputs = Outputs::from_cli(&cli, &view);
     outputs.check_writable()?;
     check_tracing_privilege()?;
@@ -186,6 +187,7 @@ pub fn run(mut cli: Cli) -> Result<i32> {
             let (watch, failure) = watch_with(&mut view, &mut probes);
             // The terminal is restored before anything else is printed, even on an error.
             let windows = view.finish();
+            print_command_output(launched.as_ref());
             (watch, failure, windows.into_symbolizer())
         }
     };
@@ -224,6 +226,20 @@ pub fn run(mut cli: Cli) -> Result<i32> {
         }
         None => finished.map(|()| status),
     }
+}
+
+/// What a command run beside the live view wrote, kept out of the view's screen until now.
+fn print_command_output(launched: Option<&Launched>) {
+    let Some(output) = launched.and_then(|l| l.output.as_ref()) else {
+        return;
+    };
+    let text = output.take();
+    if text.is_empty() {
+        return;
+    }
+    eprintln!("mmapsem-trace: the command's output while the live view ran:");
+    let mut stderr = std::io::stderr().lock();
+    let _ = std::io::Write::write_all(&mut stderr, &text);
 }
 
 /// How long a command still running when the trace ended gets to exit after SIGTERM.

@@ -265,3 +265,36 @@ fn after_reset_and_threads_values_stay_whole_and_bounded() {
     pane.keys("q");
     pane.wait_for("tracer-exit=0", Duration::from_secs(30));
 }
+
+/// `-- CMD` with the live view: the command's output stays out of the view's screen (it reads
+/// /dev/null and writes to a pipe) and is printed once the view has closed.
+#[test]
+fn a_commands_output_waits_until_the_live_view_closes() {
+    let test = "a_commands_output_waits_until_the_live_view_closes";
+    if !bpf_available(test) || !tmux_available(test) {
+        return;
+    }
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let stderr = dir.path().join("stderr");
+    let command = format!(
+        "{TRACER} -i 0.2 -- sh -c 'echo marker-$((40 + 2)); sleep 4; echo marker-end' 2>{}",
+        stderr.display()
+    );
+    let pane = Pane::start(test, 100, 30, &command);
+    let screen = pane.wait_for("refresh", ATTACH_WITHIN);
+    std::thread::sleep(Duration::from_millis(1500));
+    let during = pane.screen();
+    assert!(
+        !during.contains("marker-42") && !screen.contains("marker-42"),
+        "the command wrote into the live view:\n{during}"
+    );
+    let after = pane.wait_for("tracer-exit=0", Duration::from_secs(60));
+    assert!(!after.contains("marker-42"), "{after}");
+    let written = std::fs::read_to_string(&stderr).unwrap();
+    let output = written
+        .split_once("the command's output while the live view ran:\n")
+        .unwrap_or_else(|| panic!("no command output after the view: {written}"))
+        .1;
+    assert!(output.starts_with("marker-42\nmarker-end\n"), "{written}");
+}
