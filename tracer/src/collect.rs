@@ -57,6 +57,13 @@ pub struct Watch {
 }
 
 impl Watch {
+    /// How the walks of copied user stacks ended so far.
+    pub fn walk_stats(&self) -> crate::unwind::WalkStats {
+        self.unwinder.stats()
+    }
+}
+
+impl Watch {
     /// Notes the targets' page fault counts now (the kernel does not count them: a program on
     /// every fault cost more than all the lock programs together).
     fn sample_faults(&mut self) {

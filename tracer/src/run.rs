@@ -328,6 +328,16 @@ fn finish(
     let records = probes.drain_user_stacks();
     watch.unwind(records, |id| probes.stack(id));
     log_copy_use(&watch.pending_copies.stats, watch.unwound.events());
+    let walks = watch.walk_stats();
+    if walks.walks > 0 {
+        log::info!(
+            "user stack walks: {}, {} needed stack past the copied window (--user-stack-bytes), \
+             {} cut short otherwise (a frame without unwind info, or too deep)",
+            walks.walks,
+            walks.past_window,
+            walks.cut_otherwise
+        );
+    }
     let mut harvest = probes.harvest()?;
     watch.complete(&mut harvest);
     log::info!(

@@ -44,6 +44,7 @@ pub struct StackUnwinder {
     /// (device, inode) -> unwind info; None for a file that is not a usable ELF object.
     objects: HashMap<(u64, u64), Option<Arc<ObjectInfo>>>,
     processes: HashMap<u32, ProcessUnwinder>,
+    stats: WalkStats,
 }
 
 impl StackUnwinder {
@@ -56,7 +57,11 @@ impl StackUnwinder {
     ) -> UnwoundStack {
         self.add_new_modules(pid, mappings);
         let process = self.processes.get_mut(&pid).expect("added above");
-        unwind_copy(&process.unwinder, &mut process.cache, copy)
+        unwind_copy(&process.unwinder, &mut process.cache, copy, &mut self.stats)
+    }
+
+    pub fn stats(&self) -> WalkStats {
+        self.stats
     }
 
     fn add_new_modules(&mut self, pid: u32, mappings: &MappingHistory) {
@@ -87,10 +92,18 @@ fn unwind_copy(
     unwinder: &UnwinderX86_64<Bytes>,
     cache: &mut CacheX86_64,
     copy: &StackCopy,
+    stats: &mut WalkStats,
 ) -> UnwoundStack {
     let regs = &copy.header;
     let window = regs.stack_start..regs.stack_start + copy.bytes.len() as u64;
-    let mut read_stack = |addr: u64| read_word(&copy.bytes, &window, addr);
+    let past_window = std::cell::Cell::new(false);
+    let mut read_stack = |addr: u64| {
+        let word = read_word(&copy.bytes, &window, addr);
+        if word.is_err() && addr >= window.end.saturating_sub(8) {
+            past_window.set(true);
+        }
+        word
+    };
     let start = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
     let mut frames = unwinder.iter_frames(regs.ip, start, cache, &mut read_stack);
     let mut addrs = Vec::new();
@@ -101,7 +114,24 @@ fn unwind_copy(
             Ok(None) => break false,
         }
     };
+    drop(frames);
+    stats.walks += 1;
+    if truncated && past_window.get() {
+        stats.past_window += 1;
+    } else if truncated {
+        stats.cut_otherwise += 1;
+    }
     UnwoundStack { addrs, truncated }
+}
+
+/// How the walks of copied stacks ended: the measurement behind the default window size.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WalkStats {
+    pub walks: u64,
+    /// Walks that needed stack beyond the copied window (a larger --user-stack-bytes helps).
+    pub past_window: u64,
+    /// Walks cut short otherwise: no unwind info for a frame, a frame past MAX_FRAMES.
+    pub cut_otherwise: u64,
 }
 
 fn read_word(bytes: &[u8], window: &Range<u64>, addr: u64) -> Result<u64, ()> {
