@@ -37,9 +37,16 @@ pub fn traced(r: &Report) -> String {
     format!("pid {} ({})", pids.join(","), escaped(&r.target.comm))
 }
 
-/// Whether the report splits by process: system-wide, or several targets.
+/// Whether the report splits by process: system-wide, several targets, or a traced command
+/// whose own processes (its children) locked their own mms.
 pub fn splits_by_process(r: &Report) -> bool {
-    r.target.system_wide || r.target.pids.len() > 1
+    let mut owners = r
+        .entries
+        .iter()
+        .filter(|e| e.locker.is_none())
+        .map(|e| e.pid);
+    let first = owners.next();
+    r.target.system_wide || r.target.pids.len() > 1 || owners.any(|pid| Some(pid) != first)
 }
 
 fn header(out: &mut String, r: &Report) {
