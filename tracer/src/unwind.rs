@@ -114,7 +114,6 @@ fn unwind_copy(
             Ok(None) => break false,
         }
     };
-    drop(frames);
     stats.walks += 1;
     if truncated && past_window.get() {
         stats.past_window += 1;
