@@ -7,7 +7,7 @@
 //! followed only into the standard debug directories, and symbolization has a deadline. A frame
 //! that cannot be symbolized keeps its module and file offset.
 
-mod objects;
+pub(crate) mod objects;
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};

@@ -13,9 +13,10 @@ use std::sync::Arc;
 
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, Module, Unwinder as _};
-use object::{Object as _, ObjectSection as _, ObjectSegment as _};
+use object::{Object as _, ObjectSection as _};
 
 use crate::model::unwound::{StackCopy, UnwoundStack};
+use crate::symbolize::objects::Segments;
 use crate::system::procfs::{self, Mapping, MappingHistory};
 
 /// Deepest stack kept; deeper ones are marked truncated.
@@ -27,7 +28,7 @@ type Bytes = Arc<[u8]>;
 struct ObjectInfo {
     sections: ExplicitModuleSectionInfo<Bytes>,
     /// (file offset range, vaddr) of each PT_LOAD segment, to place a mapping.
-    segments: Vec<(Range<u64>, u64)>,
+    segments: Segments,
 }
 
 /// One process's modules as added to its framehop unwinder.
@@ -189,13 +190,7 @@ fn parse_object(data: &[u8]) -> Option<ObjectInfo> {
     let (eh_frame_hdr_svma, eh_frame_hdr) = section(".eh_frame_hdr");
     let (got_svma, _) = section(".got");
     let (_, debug_frame) = section(".debug_frame");
-    let segments = elf
-        .segments()
-        .map(|s| {
-            let (offset, size) = s.file_range();
-            (offset..offset + size, s.address())
-        })
-        .collect();
+    let segments = Segments::of(&elf);
     Some(ObjectInfo {
         sections: ExplicitModuleSectionInfo {
             base_svma: 0,
@@ -216,11 +211,7 @@ fn parse_object(data: &[u8]) -> Option<ObjectInfo> {
 /// The framehop module of one executable mapping: its address range and where the object's
 /// address 0 would be (the load bias), from the segment that contains the mapped file offset.
 fn module_for(mapping: &Mapping, info: &ObjectInfo) -> Option<Module<Bytes>> {
-    let (range, vaddr) = info
-        .segments
-        .iter()
-        .find(|(range, _)| range.contains(&mapping.file_offset))?;
-    let svma_at_start = vaddr + (mapping.file_offset - range.start);
+    let svma_at_start = info.segments.vaddr_of(mapping.file_offset)?;
     let base_avma = mapping.start.checked_sub(svma_at_start)?;
     Some(Module::new(
         mapping.path.display().to_string(),

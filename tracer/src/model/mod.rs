@@ -34,6 +34,15 @@ pub struct RawEntry {
 }
 
 impl RawEntry {
+    /// An entry as the kernel aggregated it: its maximum is exact.
+    pub fn exact(key: AggKey, value: AggValue) -> Self {
+        Self {
+            key,
+            value,
+            max_is_upper_bound: false,
+        }
+    }
+
     /// Adds `other` (same key): the merged maximum is the larger one, a bound when that one is
     /// (an exact maximum as large keeps it exact).
     pub fn merge(&mut self, other: &RawEntry) {

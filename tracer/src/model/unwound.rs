@@ -1166,11 +1166,7 @@ mod properties {
         }
         let entries = values
             .into_iter()
-            .map(|(key, value)| RawEntry {
-                key,
-                value,
-                max_is_upper_bound: false,
-            })
+            .map(|(key, value)| RawEntry::exact(key, value))
             .collect();
         let harvest = Harvest {
             entries,

@@ -542,11 +542,7 @@ fn read_maps(probes: &Probes, timeline: Vec<tracer_common::TimelineEvent>) -> Re
     let target_mms = read_target_mms(ebpf)?;
     let mut entries: Vec<RawEntry> = read_shared(ebpf, "AGG")?
         .into_iter()
-        .map(|(key, value)| RawEntry {
-            key,
-            value,
-            max_is_upper_bound: false,
-        })
+        .map(|(key, value)| RawEntry::exact(key, value))
         .collect();
     let mut totals = read_array(&map_ref(ebpf, "TOTALS")?, ModeTotals::merge)?;
     if let (true, Some(slots)) = (probes.lean_array, &probes.slots) {

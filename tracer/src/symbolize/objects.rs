@@ -13,7 +13,7 @@ use std::os::unix::fs::MetadataExt as _;
 use std::path::{Component, Path, PathBuf};
 use std::rc::Rc;
 
-use object::{Object as _, ObjectSegment as _};
+use object::Object as _;
 
 use crate::system::procfs::{self, Mapping};
 
@@ -36,7 +36,7 @@ pub struct Object {
     pub own_dwarf: bool,
     pub debug: Option<DebugFile>,
     /// (file offset range, vaddr) of each segment: debug files are looked up by vaddr.
-    segments: Vec<(Range<u64>, u64)>,
+    segments: Segments,
 }
 
 /// A debug file found in `DEBUG_DIRS`, open like the object.
@@ -48,10 +48,31 @@ pub struct DebugFile {
 impl Object {
     /// The ELF virtual address of `file_offset`, for looking it up in the debug file.
     pub fn vaddr_of(&self, file_offset: u64) -> Option<u64> {
-        let (range, vaddr) = self
-            .segments
-            .iter()
-            .find(|(r, _)| r.contains(&file_offset))?;
+        self.segments.vaddr_of(file_offset)
+    }
+}
+
+/// Where an ELF object's segments are: (file offset range, virtual address) each, to turn a
+/// mapped file offset into the address its unwind and debug info speak of.
+#[derive(Clone, Debug, Default)]
+pub struct Segments(Vec<(Range<u64>, u64)>);
+
+impl Segments {
+    pub fn of(elf: &object::File<'_>) -> Self {
+        use object::ObjectSegment as _;
+        Self(
+            elf.segments()
+                .map(|s| {
+                    let (offset, size) = s.file_range();
+                    (offset..offset + size, s.address())
+                })
+                .collect(),
+        )
+    }
+
+    /// The virtual address of `file_offset`, inside one of the segments.
+    pub fn vaddr_of(&self, file_offset: u64) -> Option<u64> {
+        let (range, vaddr) = self.0.iter().find(|(r, _)| r.contains(&file_offset))?;
         Some(vaddr + (file_offset - range.start))
     }
 }
@@ -119,13 +140,7 @@ fn inspect(file: File, recorded_path: &Path) -> Option<Object> {
         }
         _ => None,
     };
-    let segments = elf
-        .segments()
-        .map(|s| {
-            let (offset, size) = s.file_range();
-            (offset..offset + size, s.address())
-        })
-        .collect();
+    let segments = Segments::of(&elf);
     Some(Object {
         path: fd_path(&file),
         _file: file,
