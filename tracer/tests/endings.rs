@@ -83,3 +83,69 @@ fn a_closed_stdout_ends_interval_reports_and_the_files_are_still_written() {
         "folded stacks of the trace so far: {stacks}"
     );
 }
+
+/// Ctrl-C (here SIGTERM) ends the trace and the outputs are written; a second one while they
+/// are being written ends the tracer at once. The report goes to a FIFO nobody reads, so the
+/// tracer is held writing it for as long as the test likes.
+#[test]
+fn a_second_signal_while_the_outputs_are_written_exits_at_once() {
+    if !bpf_available("a_second_signal_while_the_outputs_are_written_exits_at_once") {
+        return;
+    }
+    let _serial = serial();
+    let target = Workload::spawn(&["idle", "--seconds", "0"]);
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("report.fifo");
+    let path = std::ffi::CString::new(fifo.display().to_string()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+    let mut tracer = common::Tracer::spawn(&[
+        "-p".into(),
+        target.pid.to_string(),
+        "--format".into(),
+        "json".into(),
+        "-o".into(),
+        fifo.display().to_string(),
+    ]);
+    tracer.wait_attached();
+    let pid = tracer.pid() as i32;
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    // The trace ended; the tracer now waits for a reader of its report.
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    assert!(
+        !state.contains(") Z"),
+        "the first signal ended the tracer instead of the trace: {state}"
+    );
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let exited = loop {
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if state.is_empty() || state.contains(") Z") {
+            break true;
+        }
+        if std::time::Instant::now() > deadline {
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            break false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let result = tracer.finish();
+    assert!(
+        exited,
+        "a second signal left the tracer writing: {}",
+        result.stderr
+    );
+    target.start();
+    target.finish();
+    assert_eq!(
+        result.status.code(),
+        Some(128 + libc::SIGTERM),
+        "{}",
+        result.stderr
+    );
+    assert!(
+        result.stderr.contains("SIGTERM again: exiting"),
+        "{}",
+        result.stderr
+    );
+}
