@@ -368,3 +368,65 @@ fn settings_from_the_environment_are_ignored_with_file_capabilities() {
     assert!(stderr.contains("ignoring MMAPSEM_TRACEFS"), "{stderr}");
     assert!(!stderr.contains("fake-tracefs"), "{stderr}");
 }
+
+/// A library the target dlopens and maps and unmaps from: its frames are in the target's
+/// stacks, its path is the one the target then turns into a FIFO.
+const CHURN_LIBRARY: &str = r#"
+#include <sys/mman.h>
+#include <time.h>
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+__attribute__((noinline)) static void map_once(void) {
+    volatile char *p = mmap(0, 1 << 16, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p != MAP_FAILED) { p[0] = 1; munmap((void *)p, 1 << 16); }
+}
+void churn_lib(double seconds) {
+    double end = now() + seconds;
+    while (now() < end) map_once();
+}
+"#;
+
+#[test]
+fn a_dlopened_library_replaced_by_a_fifo_is_reported_without_hanging() {
+    if !bpf_available("a_dlopened_library_replaced_by_a_fifo_is_reported_without_hanging") {
+        return;
+    }
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("churn.c");
+    fs::write(&source, CHURN_LIBRARY).unwrap();
+    let library = dir.path().join("libchurn.so");
+    let built = Command::new("gcc")
+        .args(["-O1", "-fPIC", "-shared", "-fno-omit-frame-pointer", "-o"])
+        .arg(&library)
+        .arg(&source)
+        .status()
+        .expect("running gcc");
+    assert!(built.success(), "gcc failed");
+    let library_arg = library.display().to_string();
+    let mut target = spawn_target(
+        &workload_path(),
+        &[
+            "hostile",
+            "--kind",
+            "library-fifo",
+            "--library",
+            &library_arg,
+            "--seconds",
+            "3",
+        ],
+    );
+    let run = trace(dir.path(), &mut target, &[]);
+    assert!(
+        fs::symlink_metadata(&library)
+            .unwrap()
+            .file_type()
+            .is_fifo(),
+        "the target did not leave a FIFO at {}",
+        library.display()
+    );
+    assert_full_text_report(&run, "libchurn");
+}

@@ -68,6 +68,11 @@ pub struct HostileArgs {
     /// The ELF object `replaced` renames over the executable (default: the C library).
     #[arg(long)]
     pub decoy: Option<PathBuf>,
+
+    /// The shared library `library-fifo` dlopens: it must export `void churn_lib(double
+    /// seconds)`, which maps and unmaps for that long.
+    #[arg(long, required_if_eq("kind", "library-fifo"))]
+    pub library: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -80,6 +85,9 @@ pub enum HostileKind {
     Sparse,
     /// Name the process with an escape sequence and a newline.
     Names,
+    /// dlopen --library, replace its file with a FIFO at the same path, then churn from inside
+    /// the library.
+    LibraryFifo,
 }
 
 impl HostileKind {
@@ -89,6 +97,7 @@ impl HostileKind {
             HostileKind::Replaced => "replaced",
             HostileKind::Sparse => "sparse",
             HostileKind::Names => "names",
+            HostileKind::LibraryFifo => "library-fifo",
         }
     }
 }

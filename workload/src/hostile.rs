@@ -6,7 +6,9 @@
 //!   as a package upgrade does (symbolizing by path names the wrong functions);
 //! - `sparse`: it maps a 1 TiB sparse file executable (a tracer reading mapped files whole
 //!   tries to allocate 1 TiB);
-//! - `names`: its name (comm) holds terminal escape sequences and a newline.
+//! - `names`: its name (comm) holds terminal escape sequences and a newline;
+//! - `library-fifo`: it dlopens a library, replaces the library's file with a FIFO and maps
+//!   and unmaps from inside the library (its stacks point into the FIFO's path).
 //!
 //! `fifo` and `replaced` change the running executable's own file, so they only run from a
 //! copy whose file name starts with `hostile-`.
@@ -34,6 +36,9 @@ pub const HOSTILE_COMM: &[u8] = b"\x1b[31mred\nfake";
 const MAP_SIZE: usize = 64 * 1024;
 
 pub fn run(args: &HostileArgs, start: Start, out: &mut dyn Write) -> Result<()> {
+    if args.kind == HostileKind::LibraryFifo {
+        return churn_in_fifo_library(args, start, out);
+    }
     let what = set_up(args)?;
     emit(
         out,
@@ -78,7 +83,36 @@ fn set_up(args: &HostileArgs) -> Result<String> {
             set_comm(HOSTILE_COMM)?;
             Ok("comm=escaped".into())
         }
+        HostileKind::LibraryFifo => unreachable!("run() handles it"),
     }
+}
+
+/// `library-fifo`: the library's code does the mapping, so that its frames, in a file that is
+/// now a FIFO, are what the tracer symbolizes.
+fn churn_in_fifo_library(args: &HostileArgs, start: Start, out: &mut dyn Write) -> Result<()> {
+    let library = args.library.as_ref().context("--library is required")?;
+    let c_path = CString::new(library.as_os_str().as_bytes())?;
+    // SAFETY: a valid path; the handle stays open for the life of the process.
+    let handle = unsafe { libc::dlopen(c_path.as_ptr(), libc::RTLD_NOW) };
+    if handle.is_null() {
+        bail!("dlopen {} failed", library.display());
+    }
+    // SAFETY: a valid handle and a NUL-terminated name.
+    let symbol = unsafe { libc::dlsym(handle, c"churn_lib".as_ptr()) };
+    if symbol.is_null() {
+        bail!("{} exports no churn_lib", library.display());
+    }
+    // SAFETY: the library's contract (see --library): void churn_lib(double seconds).
+    let churn_lib: extern "C" fn(f64) = unsafe { std::mem::transmute(symbol) };
+    fs::remove_file(library).with_context(|| format!("removing {}", library.display()))?;
+    make_fifo(library)?;
+    emit(
+        out,
+        format_args!("hostile kind=library-fifo fifo={}", library.display()),
+    )?;
+    start.begin(out)?;
+    churn_lib(args.seconds.as_secs_f64());
+    emit(out, format_args!("iterations=0"))
 }
 
 /// The running executable, if it is a copy made to be abused.
