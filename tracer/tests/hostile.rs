@@ -430,3 +430,69 @@ fn a_dlopened_library_replaced_by_a_fifo_is_reported_without_hanging() {
     );
     assert_full_text_report(&run, "libchurn");
 }
+
+/// A target in another mount namespace (a container's view): the path it maps holds, in the
+/// tracer's namespace, a different file (the decoy). The tracer symbolizes what the target
+/// mapped, through /proc/PID/map_files, never the decoy's symbols.
+#[test]
+fn a_target_in_another_mount_namespace_is_symbolized_from_its_own_files() {
+    if !bpf_available("a_target_in_another_mount_namespace_is_symbolized_from_its_own_files") {
+        return;
+    }
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let (real, shown) = (dir.path().join("real"), dir.path().join("bin"));
+    fs::create_dir(&real).unwrap();
+    fs::create_dir(&shown).unwrap();
+    workload_copy(&real, "hostile-ns");
+    // What the tracer's namespace sees at the path: another ELF object entirely.
+    fs::copy(TRACER, shown.join("hostile-ns")).unwrap();
+    let script = format!(
+        "mount --bind {real} {shown} && exec {shown}/hostile-ns --wait-signal churn \
+         --threads 2 --seconds 20",
+        real = real.display(),
+        shown = shown.display()
+    );
+    // unshare and sh exec into the target: one process, whose pid it prints.
+    let mut child = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("running unshare (util-linux)");
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+    let pid: u32 = line
+        .trim()
+        .strip_prefix("ready pid=")
+        .unwrap_or_else(|| panic!("{line:?}"))
+        .parse()
+        .unwrap();
+    assert_eq!(pid, child.id(), "the target is the process unshare became");
+    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+    let mut target = Target { child, pid };
+    // Ends while the target runs (then killed): its mappings are read through map_files.
+    let run = trace(dir.path(), &mut target, &["--format", "json", "-d", "3"]);
+    assert_eq!(
+        run.status.map(|s| s.success()),
+        Some(true),
+        "{}",
+        run.stderr
+    );
+    let report = json(&run.report);
+    let symbols: Vec<String> = frames_in(&report, "hostile-ns")
+        .iter()
+        .filter_map(|f| f["symbol"].as_str().map(str::to_owned))
+        .collect();
+    assert!(
+        symbols.iter().any(|s| s.contains("churn")),
+        "no workload function among {symbols:?}:\n{}",
+        run.report
+    );
+    assert!(
+        symbols
+            .iter()
+            .all(|s| !s.contains("mmapsem_trace::") && !s.contains("tracer::")),
+        "symbols of the file at the path in the tracer's namespace: {symbols:?}"
+    );
+}
