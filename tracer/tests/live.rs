@@ -298,3 +298,22 @@ fn a_commands_output_waits_until_the_live_view_closes() {
         .1;
     assert!(output.starts_with("marker-42\nmarker-end\n"), "{written}");
 }
+
+/// `q` ends the trace of a command that would run for minutes: the command is stopped
+/// (SIGTERM), not waited for, and its status is the tracer's.
+#[test]
+fn q_stops_a_command_that_outlives_the_trace() {
+    let test = "q_stops_a_command_that_outlives_the_trace";
+    if !bpf_available(test) || !tmux_available(test) {
+        return;
+    }
+    let _serial = serial();
+    let pane = Pane::start(test, 100, 30, &format!("{TRACER} -- sleep 600"));
+    pane.wait_for("refresh", ATTACH_WITHIN);
+    pane.keys("q");
+    let screen = pane.wait_for("tracer-exit=", Duration::from_secs(30));
+    assert!(
+        screen.contains(&format!("tracer-exit={}", 128 + libc::SIGTERM)),
+        "{screen}"
+    );
+}
