@@ -72,7 +72,7 @@ pub fn classify(mm: u64) -> Option<Locker> {
             // outside locker locks someone else's mm. The new owner takes the entry over when
             // it is traced itself; otherwise the stale registration is forgotten.
             if system_wide || is_listed_target(tgid) {
-                register(mm, tgid, system_wide);
+                register(mm, tgid, system_wide || cfg.inherit != 0);
                 return Some(own_lock(tgid, tid));
             }
             let _ = TARGET_MMS.remove(&mm);

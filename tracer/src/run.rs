@@ -430,7 +430,11 @@ fn names_now(
         if names.contains_key(&pid) {
             continue;
         }
-        let known = procfs::comm(pid).or_else(|| watch.process_names.get(&pid).cloned());
+        // Alive: as /proc says now. Gone: as the kernel last recorded it (a child of a traced
+        // command renamed by its exec after the tracer first saw it), else as first seen.
+        let known = procfs::comm(pid)
+            .or_else(|| harvest.locker_comms.get(&pid).cloned())
+            .or_else(|| watch.process_names.get(&pid).cloned());
         if let Some(name) = known {
             names.insert(pid, name);
         }
