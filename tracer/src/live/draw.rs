@@ -33,7 +33,7 @@ pub fn draw(frame: &mut Frame, state: &ViewState) {
         Constraint::Length(1),
     ])
     .areas(frame.area());
-    frame.render_widget(Paragraph::new(header_lines(state)), header);
+    frame.render_widget(Paragraph::new(header_lines(state, header.width)), header);
     let rows = state.rows();
     draw_table(frame, table, state, &rows);
     if state.stack_pane {
@@ -45,47 +45,88 @@ pub fn draw(frame: &mut Frame, state: &ViewState) {
     }
 }
 
-fn header_lines(state: &ViewState) -> Vec<Line<'static>> {
+/// The header, each line in the longest of its forms that fits `width` (a terminal of 80
+/// columns gets the short ones rather than lines cut off mid-word).
+fn header_lines(state: &ViewState, width: u16) -> Vec<Line<'static>> {
     let Some(s) = state.snapshot() else {
         return vec![Line::from(
             "mmapsem-trace: attached; the first numbers come after one interval",
         )];
     };
-    let mut first = vec![Span::styled(
+    let width = usize::from(width);
+    let (name, rest) = (
         format!("mmapsem-trace  {}", traced(&s.cumulative)),
+        format!(
+            "  threads {}  elapsed {}",
+            s.threads_now,
+            human_ns(s.elapsed_ns)
+        ),
+    );
+    let refresh = format!("  refresh {}", human_ns(state.interval.as_nanos() as u64));
+    let paused = if state.paused { "  PAUSED" } else { "" };
+    let mut first = vec![Span::styled(
+        if fits(&[&name, &rest, &refresh, paused], width) {
+            name
+        } else {
+            traced(&s.cumulative)
+        },
         Style::new().add_modifier(Modifier::BOLD),
     )];
-    first.push(Span::raw(format!(
-        "  threads {}  elapsed {}  refresh {}",
-        s.threads_now,
-        human_ns(s.elapsed_ns),
-        human_ns(state.interval.as_nanos() as u64)
-    )));
+    first.push(Span::raw(rest));
+    first.push(Span::raw(refresh));
     if state.paused {
-        first.push(Span::styled("  PAUSED", WARNING));
+        first.push(Span::styled(paused, WARNING));
     }
     vec![
         Line::from(first),
-        Line::from(rates_line(s)),
+        Line::from(fitted(width, rates_lines(s))),
         Line::from(worst_line(&s.interval)),
         lost_line(&s.cumulative),
-        self_cost_line(&s.interval),
+        self_cost_line(&s.interval, width),
         Line::from(view_line(state, s)).style(DIM),
     ]
 }
 
-fn rates_line(s: &LiveSnapshot) -> String {
+/// Whether `parts` together fit in `width` columns.
+fn fits(parts: &[&str], width: usize) -> bool {
+    parts.iter().map(|p| p.chars().count()).sum::<usize>() <= width
+}
+
+/// The first of `forms` (longest first) that fits `width`, else the last.
+fn fitted(width: usize, forms: Vec<String>) -> String {
+    let last = forms.len().saturating_sub(1);
+    forms
+        .into_iter()
+        .enumerate()
+        .find(|(i, form)| *i == last || form.chars().count() <= width)
+        .map(|(_, form)| form)
+        .unwrap_or_default()
+}
+
+fn rates_lines(s: &LiveSnapshot) -> Vec<String> {
     let secs = (s.interval.duration_ns as f64 / 1e9).max(1e-9);
     let t = &s.interval.totals;
-    format!(
-        "acquisitions/s  read {:.0}  write {:.0}    waiting: {:.1}% of thread time this interval, \
-         {:.1}% {}",
+    let (read, write) = (
         t.read.acquisitions as f64 / secs,
         t.write.acquisitions as f64 / secs,
+    );
+    let (now, since) = (
         s.interval.wait_share * 100.0,
         s.cumulative.wait_share * 100.0,
-        since_label(s)
-    )
+    );
+    vec![
+        format!(
+            "acquisitions/s  read {read:.0}  write {write:.0}    waiting: {now:.1}% of thread \
+             time this interval, {since:.1}% {}",
+            since_label(s)
+        ),
+        format!(
+            "acquisitions/s  read {read:.0}  write {write:.0}  waiting {now:.1}% now, {since:.1}% \
+             {}",
+            since_label(s)
+        ),
+        format!("acq/s r {read:.0} w {write:.0}  waiting {now:.1}% now, {since:.1}% in all"),
+    ]
 }
 
 /// The cumulative window starts at the trace start or at the last reset.
@@ -139,7 +180,7 @@ fn lost_line(report: &Report) -> Line<'static> {
 }
 
 /// The programs' cost over the last interval (an estimate: see the text report's footer).
-fn self_cost_line(interval: &Report) -> Line<'static> {
+fn self_cost_line(interval: &Report, width: usize) -> Line<'static> {
     let cost = &interval.self_cost;
     let (Some(rate), Some(added_ns), Some(per_event)) =
         (cost.events_per_second, cost.added_ns, cost.ns_per_event())
@@ -150,10 +191,17 @@ fn self_cost_line(interval: &Report) -> Line<'static> {
     let share = cost.added_share.map_or(String::new(), |share| {
         format!(", {:.2}% of thread time", share * 100.0)
     });
-    Line::from(format!(
-        "self-cost this interval  {rate:.0} events/s  {per_event} ns/event  {} of BPF run \
-         time{share}",
-        human_ns(added_ns)
+    let ran = human_ns(added_ns);
+    Line::from(fitted(
+        width,
+        vec![
+            format!(
+                "self-cost this interval  {rate:.0} events/s  {per_event} ns/event  {ran} of \
+                 BPF run time{share}"
+            ),
+            format!("self-cost  {rate:.0} events/s  {per_event} ns/event  {ran} in BPF{share}"),
+            format!("self-cost  {rate:.0} ev/s  {per_event} ns/ev  {ran} in BPF"),
+        ],
     ))
 }
 

@@ -396,6 +396,27 @@ mod tests {
     }
 
     #[test]
+    fn header_lines_end_whole_at_80_columns_and_less() {
+        for width in [80, 70, 60, 160] {
+            let text = screen(&script_sized(width, 20, vec![data()]).0);
+            let lines: Vec<&str> = text
+                .lines()
+                .map(|l| l.trim_matches('"').trim_end())
+                .collect();
+            let ends = |i: usize, endings: &[&str]| {
+                assert!(
+                    endings.iter().any(|e| lines[i].ends_with(e)),
+                    "{width} columns, line {i} cut: {:?}\n{text}",
+                    lines[i]
+                );
+            };
+            ends(0, &[" s", "ms"]);
+            ends(1, &["since start", "in all"]);
+            ends(4, &["thread time", "in BPF"]);
+        }
+    }
+
+    #[test]
     fn the_header_keeps_its_place_when_the_table_empties() {
         let full = screen(&script_sized(80, 20, vec![data()]).0);
         let mut empty = snapshot();
