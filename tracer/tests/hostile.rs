@@ -399,13 +399,8 @@ fn a_dlopened_library_replaced_by_a_fifo_is_reported_without_hanging() {
     let source = dir.path().join("churn.c");
     fs::write(&source, CHURN_LIBRARY).unwrap();
     let library = dir.path().join("libchurn.so");
-    let built = Command::new("gcc")
-        .args(["-O1", "-fPIC", "-shared", "-fno-omit-frame-pointer", "-o"])
-        .arg(&library)
-        .arg(&source)
-        .status()
-        .expect("running gcc");
-    assert!(built.success(), "gcc failed");
+    let flags = ["-O1", "-fPIC", "-shared", "-fno-omit-frame-pointer"];
+    common::compile_c(&source, &flags, &library);
     let library_arg = library.display().to_string();
     let mut target = spawn_target(
         &workload_path(),

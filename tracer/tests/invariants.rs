@@ -7,7 +7,6 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use common::{bpf_available, entries, json, serial, trace_workload, u, Tracer};
@@ -91,26 +90,6 @@ fn the_bundled_workload_with_sampled_user_stacks_shows_no_impossible_figure() {
     }
 }
 
-/// Compiles tests/nofp/holder.c the way distributions build: optimized, no frame pointers.
-fn build_holder_workload() -> PathBuf {
-    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/nofp/holder.c");
-    let binary = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("nofp-holder");
-    let status = Command::new("gcc")
-        .args([
-            "-O2",
-            "-g",
-            "-fomit-frame-pointer",
-            "-fno-optimize-sibling-calls",
-        ])
-        .args(["-pthread", "-o"])
-        .arg(&binary)
-        .arg(&source)
-        .status()
-        .expect("running gcc");
-    assert!(status.success(), "gcc failed on {}", source.display());
-    binary
-}
-
 /// Whether an entry's user frames pass through `function`.
 fn through(entry: &Value, function: &str) -> bool {
     entry["frames"].as_array().is_some_and(|frames| {
@@ -126,7 +105,7 @@ fn a_thread_is_never_given_more_calls_than_it_made() {
         return;
     }
     let _serial = serial();
-    let binary = build_holder_workload();
+    let binary = common::build_nofp("holder");
     let mut workload = Command::new(&binary)
         .stdout(Stdio::piped())
         .spawn()

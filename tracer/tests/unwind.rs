@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use common::{bpf_available, Tracer};
@@ -18,26 +17,6 @@ const MMAP_CHAIN: [&str; 4] = [
     "chain_middle",
     "chain_outer",
 ];
-
-/// Compiles tests/nofp/chain.c the way distributions build: optimized, no frame pointers.
-fn build_chain_workload() -> PathBuf {
-    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/nofp/chain.c");
-    let binary = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("nofp-chain");
-    let status = Command::new("gcc")
-        .args([
-            "-O2",
-            "-g",
-            "-fomit-frame-pointer",
-            "-fno-optimize-sibling-calls",
-        ])
-        .args(["-pthread", "-o"])
-        .arg(&binary)
-        .arg(&source)
-        .status()
-        .expect("running gcc");
-    assert!(status.success(), "gcc failed on {}", source.display());
-    binary
-}
 
 /// True when `names` contains `chain` as consecutive elements right after a libc frame whose
 /// symbol contains `libc_call`.
@@ -75,7 +54,7 @@ struct Run {
 }
 
 fn trace_chain_workload() -> Run {
-    let binary = build_chain_workload();
+    let binary = common::build_nofp("chain");
     let mut workload = Command::new(&binary)
         .stdout(Stdio::piped())
         .spawn()

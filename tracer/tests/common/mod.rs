@@ -10,6 +10,36 @@ use std::time::Duration;
 
 pub const TRACER: &str = env!("CARGO_BIN_EXE_mmapsem-trace");
 
+/// Compiles the C file `source` with the machine's gcc and `flags` into `output`.
+#[allow(dead_code)] // Not every test file builds C.
+pub fn compile_c(source: &std::path::Path, flags: &[&str], output: &std::path::Path) {
+    let status = Command::new("gcc")
+        .args(flags)
+        .arg("-o")
+        .arg(output)
+        .arg(source)
+        .status()
+        .expect("running gcc");
+    assert!(status.success(), "gcc failed on {}", source.display());
+}
+
+/// Compiles tests/nofp/NAME.c the way distributions build (optimized, no frame pointers) into
+/// the test target's temporary directory; returns the program.
+#[allow(dead_code)]
+pub fn build_nofp(name: &str) -> PathBuf {
+    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/nofp/{name}.c"));
+    let binary = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("nofp-{name}"));
+    let flags = [
+        "-O2",
+        "-g",
+        "-fomit-frame-pointer",
+        "-fno-optimize-sibling-calls",
+        "-pthread",
+    ];
+    compile_c(&source, &flags, &binary);
+    binary
+}
+
 /// One trace at a time within a test binary: they share two CPUs, and some assertions want the
 /// workload undisturbed by the others' programs.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
