@@ -39,7 +39,7 @@ pub fn draw(frame: &mut Frame, state: &ViewState) {
     if state.stack_pane {
         draw_stack_pane(frame, pane, rows.get(state.selected()));
     }
-    frame.render_widget(Paragraph::new(key_line()).style(DIM), keys);
+    frame.render_widget(Paragraph::new(key_line(keys.width)).style(DIM), keys);
     if state.help {
         draw_help(frame);
     }
@@ -428,9 +428,29 @@ fn draw_stack_pane(frame: &mut Frame, area: Rect, row: Option<&Row>) {
     }
 }
 
-fn key_line() -> &'static str {
-    "q quit  space pause  r reset  t threads  c cause/stack  w/h wait/hold  i interval  \
-     1-9 sort  Enter stack  ? help"
+/// The keys, as many as fit `width`: quit and help first and last in every form (help lists
+/// the others).
+fn key_line(width: u16) -> String {
+    const KEYS: [&str; 8] = [
+        "space pause",
+        "r reset",
+        "t threads",
+        "c cause/stack",
+        "w/h wait/hold",
+        "i interval",
+        "1-9 sort",
+        "Enter stack",
+    ];
+    let forms = (0..=KEYS.len())
+        .rev()
+        .map(|n| {
+            let mut parts = vec!["q quit"];
+            parts.extend(&KEYS[..n]);
+            parts.push("? help");
+            parts.join("  ")
+        })
+        .collect();
+    fitted(width as usize, forms)
 }
 
 const HELP: &[&str] = &[

@@ -413,6 +413,11 @@ mod tests {
             ends(0, &[" s", "ms"]);
             ends(1, &["since start", "in all"]);
             ends(4, &["thread time", "in BPF"]);
+            let keys = lines.last().expect("a key line");
+            assert!(
+                keys.starts_with("q quit") && keys.ends_with("? help"),
+                "{width} columns, key line cut: {keys:?}\n{text}"
+            );
         }
     }
 
