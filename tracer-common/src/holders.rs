@@ -54,6 +54,30 @@ pub struct Blockers {
 }
 
 impl Blockers {
+    /// The hold the `i`th blocker's share of a wait is charged to (its record in HOLDER_INFO),
+    /// and its mode. A writer that was still queued when the wait began is found through its
+    /// latest blocking write hold.
+    #[inline(always)]
+    pub fn charged_hold(&self, i: usize) -> (crate::HoldId, u8) {
+        let r = self.refs[i % MAX_BLOCKERS];
+        let mode = if self.write_mask & (1 << i) != 0 {
+            crate::MODE_WRITE
+        } else {
+            crate::MODE_READ
+        };
+        let hold_start_ns = if r.hold_start_ns == QUEUED {
+            LAST_HOLD
+        } else {
+            r.hold_start_ns
+        };
+        let id = crate::HoldId {
+            tid: r.tid,
+            _pad: 0,
+            hold_start_ns,
+        };
+        (id, mode)
+    }
+
     /// How long the longest of these holds has lasted by `now` (0 for queued writers, whose
     /// hold has not begun): a wait behind a hold that is already long is likely long too.
     #[inline(always)]

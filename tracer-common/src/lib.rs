@@ -10,8 +10,8 @@ pub mod lock_state;
 
 pub use holders::{Blockers, HolderRef, Holders, LAST_HOLD, MAX_BLOCKERS, MAX_READERS, QUEUED};
 pub use lock_state::{
-    Effects, LockEvent, LockState, OffCpu, MISS_CONTINUATION_NS, OFF_RUNNABLE, OFF_SLEEPING,
-    OFF_UNINTERRUPTIBLE,
+    Effects, LockEvent, LockState, OffCpu, PendingAgg, MISS_CONTINUATION_NS, OFF_RUNNABLE,
+    OFF_SLEEPING, OFF_UNINTERRUPTIBLE,
 };
 
 /// `mode` values: which side of the rwsem.
@@ -429,7 +429,8 @@ pub struct Config {
     pub task_tgid_offset: u32,
     /// Non-zero with `-- CMD`: the processes a target forks are targets too (until they exit).
     pub inherit: u32,
-    pub _pad2: u32,
+    /// HOLDER_INFO's size minus one (a power of two): see `holder_slot`.
+    pub holder_slots_mask: u32,
 }
 
 /// THREAD_EXITS slots: summed lifetimes inside the trace (ns) of the target threads that exited
@@ -515,7 +516,7 @@ impl Config {
         task_start_time_offset: 0,
         task_tgid_offset: 0,
         inherit: 0,
-        _pad2: 0,
+        holder_slots_mask: 0,
     };
 }
 
@@ -582,6 +583,24 @@ pub struct HoldId {
     pub hold_start_ns: u64,
 }
 
+/// A blocking hold's record in HOLDER_INFO, an array: slot `holder_slot(id)`. Writing a slot
+/// is a store, where inserting into a hash map allocated, inside the critical section. A later
+/// hold hashed to the same slot overwrites it; a waiter then finds another id there and charges
+/// the holder by thread only (counted as holder_stack_missing).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HolderRecord {
+    pub id: HoldId,
+    pub holder: HolderKey,
+}
+
+/// The HOLDER_INFO slot of the hold `id`, for a map of `mask + 1` slots.
+#[inline(always)]
+pub fn holder_slot(id: &HoldId, mask: u32) -> u32 {
+    let h = id.hold_start_ns ^ (id.tid as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    ((h ^ (h >> 29) ^ (h >> 47)) as u32) & mask
+}
+
 /// What a waiter needs to know of a holder that blocked it, kept from its release.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -595,6 +614,22 @@ pub struct HolderKey {
     pub syscall: u8,
     pub fault: u8,
     pub _pad: u8,
+}
+
+impl HolderKey {
+    /// A holder whose record is missing (still holding, or lost): charged by thread only.
+    pub fn unknown(tid: u32, mode: u8) -> Self {
+        HolderKey {
+            kernel_stack: NO_STACK,
+            user_stack: NO_STACK,
+            tid,
+            outside_pid: 0,
+            mode,
+            syscall: 0,
+            fault: 0,
+            _pad: 0,
+        }
+    }
 }
 
 /// A wait (its aggregation key) charged to one holder.
@@ -740,6 +775,7 @@ mod pod {
     unsafe impl aya::Pod for super::SyscallTotals {}
     unsafe impl aya::Pod for super::HoldId {}
     unsafe impl aya::Pod for super::HolderKey {}
+    unsafe impl aya::Pod for super::HolderRecord {}
     unsafe impl aya::Pod for super::BlockKey {}
     unsafe impl aya::Pod for super::BlockValue {}
     unsafe impl aya::Pod for super::SleepKey {}

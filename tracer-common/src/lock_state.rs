@@ -10,7 +10,7 @@
 //!   write lock is held: the write hold ends and a read hold begins;
 //! - anything that does not pair up is counted and never turned into a duration.
 
-use crate::{Blockers, Counter, MODE_READ, MODE_WRITE};
+use crate::{AggKey, Blockers, Counter, MODE_READ, MODE_WRITE, NO_STACK};
 
 /// A trylock miss followed this soon by a start_locking in the same mode is one wait (the fault
 /// path's trylock then killable lock). Longer gaps are separate attempts.
@@ -44,6 +44,43 @@ impl OffCpu {
         longest_sleep_stack: crate::NO_STACK,
         _pad: 0,
     };
+}
+
+/// A wait or hold whose aggregation the critical section left to the thread's next step
+/// outside the lock (its next start_locking, the exit of its mm syscall, its exit, or user
+/// space at the end of the trace): inside the critical section, where every waiter pays for
+/// each nanosecond, the programs only time the event and name its key. `count` 0: none.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PendingAgg {
+    pub key: AggKey,
+    pub count: u64,
+    pub ns: u64,
+    /// A wait: the contended part, then 0, 0. A hold: runnable, sleeping, uninterruptible.
+    pub parts: [u64; 3],
+}
+
+impl PendingAgg {
+    pub const ZERO: PendingAgg = PendingAgg {
+        key: AggKey {
+            pid: 0,
+            tid: 0,
+            locker_pid: 0,
+            kernel_stack: NO_STACK,
+            user_stack: NO_STACK,
+            kind: 0,
+            mode: 0,
+            syscall: 0,
+            fault: 0,
+        },
+        count: 0,
+        ns: 0,
+        parts: [0; 3],
+    };
+
+    pub fn is_some(&self) -> bool {
+        self.count != 0
+    }
 }
 
 /// What one (thread, mm) is doing with the lock. All-zero means idle. Timestamps are
@@ -98,6 +135,11 @@ pub struct LockState {
     /// syscall exits (outside the lock), and kept across the reset to idle until then.
     pub syscall_wait_ns: u64,
     pub syscall_hold_ns: u64,
+    /// The last wait and holds, not yet aggregated (see PendingAgg); the wait's blockers stay
+    /// in `blockers` until it is charged to them. Two holds: a downgrade ends the write hold
+    /// and the read hold that follows ends before the thread leaves the lock.
+    pub pending_wait: PendingAgg,
+    pub pending_holds: [PendingAgg; 2],
 }
 
 impl LockState {
@@ -127,6 +169,8 @@ impl LockState {
         blockers: Blockers::ZERO,
         syscall_wait_ns: 0,
         syscall_hold_ns: 0,
+        pending_wait: PendingAgg::ZERO,
+        pending_holds: [PendingAgg::ZERO; 2],
     };
 }
 
@@ -202,16 +246,27 @@ impl LockState {
         self.wait_start_ns == 0 && self.hold_start_ns == 0 && self.miss_ns == 0
     }
 
-    /// Back to idle, keeping only what predicts the thread's next lock operation.
+    /// Back to idle, keeping only what predicts the thread's next lock operation and what the
+    /// last one left to do (the syscall's lock time, pending aggregation and its blockers).
+    /// Field by field: a whole-struct store compiles to a memset loop that the verifier walks
+    /// byte by byte.
     #[inline(always)]
     pub fn reset_keeping_history(&mut self) {
-        let (long_holds, long_waits) = (self.long_holds, self.long_waits);
-        let (wait_ns, hold_ns) = (self.syscall_wait_ns, self.syscall_hold_ns);
-        *self = Self::ZERO;
-        self.long_holds = long_holds;
-        self.long_waits = long_waits;
-        self.syscall_wait_ns = wait_ns;
-        self.syscall_hold_ns = hold_ns;
+        self.wait_start_ns = 0;
+        self.hold_start_ns = 0;
+        self.clear_miss();
+        self.contended_since_ns = 0;
+        self.offcpu = OffCpu::ZERO;
+        self.off_since_ns = 0;
+        self.off_stack = NO_STACK;
+        self.off_kind = 0;
+        self.wait_mode = 0;
+        self.hold_mode = 0;
+        let (count, mask) = (self.blockers.count, self.blockers.write_mask);
+        self.begin_operation();
+        if self.pending_wait.is_some() {
+            (self.blockers.count, self.blockers.write_mask) = (count, mask);
+        }
     }
 
     /// Whether the last hold this thread took for `cause` crossed the stack threshold.
@@ -412,7 +467,9 @@ impl LockState {
         self.start_kernel_stack = crate::NO_STACK;
         self.start_user_stack = crate::NO_STACK;
         self.user_copy_id = 0;
-        self.blockers = Blockers::ZERO;
+        // Only the count and mask: refs past the count are never read.
+        self.blockers.count = 0;
+        self.blockers.write_mask = 0;
     }
 
     #[inline(always)]

@@ -3,8 +3,8 @@
 //! holds that blocked someone (see tracer_common::holders).
 
 use tracer_common::{
-    AggKey, BlockKey, BlockValue, Blockers, Counter, HoldId, HolderKey, Holders, LockState,
-    LAST_HOLD, MAX_BLOCKERS, MODE_READ, MODE_WRITE, NO_STACK, QUEUED,
+    holder_slot, AggKey, BlockKey, BlockValue, Blockers, Counter, HoldId, HolderKey, HolderRecord,
+    Holders, LockState, LAST_HOLD, MAX_BLOCKERS, MODE_WRITE,
 };
 
 use core::ptr::addr_of_mut;
@@ -14,8 +14,8 @@ use tracer_common::{FAST_TARGETS, KEYS_BLOCKED};
 
 use crate::{
     maps::{
-        atomic_add, count, count_key, keeps_thread, slot_of, BLOCKED, FULL_BLOCKED, HOLDERS,
-        HOLDER_INFO,
+        atomic_add, config, count, count_key, keeps_thread, slot_of, BLOCKED, FULL_BLOCKED,
+        HOLDERS, HOLDER_INFO,
     },
     target::{Locker, NO_SLOT},
 };
@@ -121,21 +121,10 @@ pub fn charge(waiter: &AggKey, blockers: &Blockers, wait_ns: u64) {
         if i >= n {
             break;
         }
-        let r = blockers.refs[i];
-        let mode = if blockers.write_mask & (1 << i) != 0 {
-            MODE_WRITE
-        } else {
-            MODE_READ
-        };
-        // A writer that was still queued is found through its latest blocking write hold.
-        let hold_start = if r.hold_start_ns == QUEUED {
-            LAST_HOLD
-        } else {
-            r.hold_start_ns
-        };
+        let (hold, mode) = blockers.charged_hold(i);
         let key = BlockKey {
             waiter: *waiter,
-            holder: holder_key(r.tid, hold_start, mode),
+            holder: holder_key(hold, mode),
         };
         if let Some(v) = block_value(key) {
             unsafe {
@@ -174,24 +163,53 @@ fn block_value(mut key: BlockKey) -> Option<*mut BlockValue> {
 /// The holder's stacks as its release kept them; a holder still holding (or whose record was
 /// lost) is charged by thread only.
 #[inline(always)]
-fn holder_key(tid: u32, hold_start_ns: u64, mode: u8) -> HolderKey {
+fn holder_key(hold: HoldId, mode: u8) -> HolderKey {
+    let slot = holder_slot(&hold, config().holder_slots_mask);
+    if let Some(record) = HOLDER_INFO.get(slot) {
+        if record.id.tid == hold.tid && record.id.hold_start_ns == hold.hold_start_ns {
+            return record.holder;
+        }
+    }
+    count(Counter::HolderStackMissing);
+    HolderKey::unknown(hold.tid, mode)
+}
+
+/// Keeps a blocking holder's stacks for the waiters that acquire after it (one insert inside
+/// the critical section), and a write hold's also as the thread's latest blocking write hold,
+/// for readers that queued behind it while it was still waiting (they could not know its
+/// hold_start): overwritten in place, since the key stays the same (a lookup, not an insert).
+#[inline(always)]
+pub fn remember_holder(tid: u32, hold: &AggKey, hold_start_ns: u64) {
     let id = HoldId {
         tid,
         _pad: 0,
         hold_start_ns,
     };
-    if let Some(holder) = unsafe { HOLDER_INFO.get(&id) } {
-        return *holder;
-    }
-    count(Counter::HolderStackMissing);
-    HolderKey {
-        kernel_stack: NO_STACK,
-        user_stack: NO_STACK,
+    let holder = HolderKey {
+        kernel_stack: hold.kernel_stack,
+        user_stack: hold.user_stack,
         tid,
-        outside_pid: 0,
-        mode,
-        syscall: 0,
-        fault: 0,
+        outside_pid: hold.locker_pid,
+        mode: hold.mode,
+        syscall: hold.syscall,
+        fault: hold.fault,
         _pad: 0,
+    };
+    store_holder(id, holder);
+    if hold.mode != MODE_WRITE {
+        return;
+    }
+    let latest = HoldId {
+        hold_start_ns: LAST_HOLD,
+        ..id
+    };
+    store_holder(latest, holder);
+}
+
+#[inline(always)]
+fn store_holder(id: HoldId, holder: HolderKey) {
+    let slot = holder_slot(&id, config().holder_slots_mask);
+    if let Some(record) = HOLDER_INFO.get_ptr_mut(slot) {
+        unsafe { *record = HolderRecord { id, holder } };
     }
 }

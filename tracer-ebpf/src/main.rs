@@ -35,6 +35,7 @@ mod floor;
 mod lean;
 mod maps;
 mod mmap_lock;
+mod pending;
 mod sched;
 mod syscalls;
 mod target;

@@ -10,7 +10,7 @@ use core::{
 };
 
 use tracer_common::{
-    log2_slot, AggKey, AggValue, BlockKey, BlockValue, Config, Counter, HoldId, HolderKey, Holders,
+    log2_slot, AggKey, AggValue, BlockKey, BlockValue, Config, Counter, HolderRecord, Holders,
     LockState, ModeTotals, SleepKey, StateKey, SyscallState, SyscallTotals, COUNTER_SLOTS,
     FAULT_SLOTS, HIST_SLOTS, MM_SYSCALLS, PER_THREAD_ALWAYS, PER_THREAD_WHILE_ROOM, TOTALS_SLOTS,
 };
@@ -81,9 +81,10 @@ pub const FULL_SLEEPS: u32 = 2;
 #[map]
 pub static HOLDERS: HashMap<u64, Holders> = HashMap::with_max_entries(256, 0);
 
-/// Stacks of holds that blocked someone, kept from their release until their waiters acquire.
+/// Stacks of holds that blocked someone, kept from their release until their waiters are
+/// charged (see tracer_common::HolderRecord; sized by user space, a power of two).
 #[map]
-pub static HOLDER_INFO: LruHashMap<HoldId, HolderKey> = LruHashMap::with_max_entries(8192, 0);
+pub static HOLDER_INFO: Array<HolderRecord> = Array::with_max_entries(8192, 0);
 
 /// Waits charged to the holders they waited behind.
 #[map]
@@ -195,11 +196,11 @@ pub fn raise_max(field: *mut u64, n: u64) {
     }
 }
 
-/// Adds one duration to a shared aggregation value.
+/// Adds one duration to a shared aggregation value. Its count is left at 0: user space takes
+/// it from the histogram (one more atomic add, on a cache line both CPUs write, per event).
 #[inline(always)]
 pub fn add_duration(value: *mut AggValue, ns: u64) {
     unsafe {
-        atomic_add(addr_of_mut!((*value).count), 1);
         atomic_add(addr_of_mut!((*value).total_ns), ns);
         raise_max(addr_of_mut!((*value).max_ns), ns);
         // The mask is a no-op for real slots; it proves the index in bounds to the verifier.

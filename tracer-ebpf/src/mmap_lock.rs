@@ -7,16 +7,13 @@
 
 use aya_ebpf::{
     bindings::BPF_F_USER_STACK,
-    helpers::bpf_ktime_get_ns,
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::btf_tracepoint,
     programs::{tracing::StackIdContext, BtfTracePointContext, TracePointContext},
 };
-use core::ptr::addr_of_mut;
-
 use tracer_common::{
-    totals_index, AggKey, AggValue, Counter, Effects, HoldId, HolderKey, LockEvent, LockState,
-    ModeTotals, SleepKey, StateKey, KEYS_AGG, KIND_HOLD, KIND_WAIT, LAST_HOLD, MODE_READ,
-    MODE_WRITE, NO_STACK,
+    totals_index, AggKey, AggValue, Counter, Effects, LockEvent, LockState, ModeTotals, SleepKey,
+    StateKey, KEYS_AGG, KIND_HOLD, KIND_WAIT, MODE_READ, MODE_WRITE, NO_STACK,
 };
 
 use crate::{
@@ -24,10 +21,10 @@ use crate::{
     context::LockContext,
     faults, lean,
     maps::{
-        add_duration, armed, atomic_add, config, count, count_key, keeps_thread, slot_of, AGG,
-        FULL_AGG, FULL_SLEEPS, HOLDER_INFO, LOCK_STATE, SLEEPS, STACKS, TID_HOLDING, TOTALS,
+        armed, atomic_add, config, count, count_key, keeps_thread, slot_of, AGG, FULL_AGG,
+        FULL_SLEEPS, LOCK_STATE, SLEEPS, STACKS, TID_HOLDING, TOTALS,
     },
-    syscalls,
+    pending, syscalls,
     target::{classify, fatal_signal_pending, Locker, NO_SLOT},
     timeline,
     user_stacks::{self, EventShare},
@@ -121,6 +118,7 @@ fn btf<const WRITE: usize>(ctx: &BtfTracePointContext, hook: Hook) -> i32 {
         write: write as u8 != 0,
         success: hook == Hook::AcquireReturned && ctx.arg::<u64>(WRITE + 1) as u8 != 0,
     };
+    flush_before_start(&args);
     let _ = on_lock_event(ctx, args);
     0
 }
@@ -128,7 +126,24 @@ fn btf<const WRITE: usize>(ctx: &BtfTracePointContext, hook: Hook) -> i32 {
 #[inline(always)]
 fn classic(ctx: &TracePointContext, hook: Hook) {
     if let Ok(args) = classic_args(ctx, hook) {
+        flush_before_start(&args);
         let _ = on_lock_event(ctx, args);
+    }
+}
+
+/// A thread about to wait for the lock is outside it: the aggregation its last operation on the
+/// mm left (see `pending`) is done now, before the wait is timed. Here, before the target
+/// filter, with a lookup of its own: after the filter (or handing the state it found to the
+/// filter's paths), the verifier explores the flush once per path through the filter, past its
+/// limit of a million instructions.
+#[inline(always)]
+fn flush_before_start(args: &LockArgs) {
+    if args.hook == Hook::StartLocking && armed() && config().attribution != 0 {
+        pending::flush_thread(&StateKey {
+            tid: bpf_get_current_pid_tgid() as u32,
+            _pad: 0,
+            mm: args.mm,
+        });
     }
 }
 
@@ -190,6 +205,7 @@ fn on_lock_event<C: LockContext>(ctx: &C, args: LockArgs) -> Result<(), i64> {
     };
     let st = unsafe { &mut *state };
     let is_start = matches!(event, LockEvent::StartLocking { .. });
+
     let attribute = cfg.attribution != 0;
     let faulting = attribute && is_start && faults::explains_lock(ctx, &locker);
     let (held_since, held_mode) = (st.hold_start_ns, st.hold_mode);
@@ -356,51 +372,33 @@ fn apply<C: LockContext>(
     }
     if let Some((mode, ns)) = fx.wait {
         add_totals(outside, mode, |t| t.add_wait(ns));
-        let contended = fx.wait_contended_ns;
         st.note_wait_length(reason.syscall, ns >= config().stack_threshold_ns);
-        let waiter = aggregate(ctx, locker, KIND_WAIT, mode, ns, reason, false, st, |v| {
-            atomic_add(unsafe { addr_of_mut!((*v).contended_ns) }, contended)
-        });
+        let waiter = agg_key(ctx, locker, KIND_WAIT, mode, ns, reason, false, st);
         timeline::emit(locker, &waiter, ns);
         let last_use = fx.hold.is_none() && st.hold_start_ns == 0;
-        let share = EventShare::waited(contended);
+        let share = EventShare::waited(fx.wait_contended_ns);
         user_stacks::send_event(ctx, locker, st, &waiter, ns, share, last_use);
-        blockers::charge(&waiter, &st.blockers, ns);
-        st.blockers.count = 0;
+        pending::defer_wait(st, waiter, ns, fx.wait_contended_ns);
     }
     if let Some((mode, ns)) = fx.hold {
         add_totals(outside, mode, |t| t.add_hold(ns));
         st.note_hold_length(reason.syscall, ns >= config().stack_threshold_ns);
         let off = fx.hold_offcpu;
         // A hold that blocked someone gets its stacks whatever its length: its waiters need them.
-        let hold = aggregate(
-            ctx,
-            locker,
-            KIND_HOLD,
-            mode,
-            ns,
-            reason,
-            ended.blocked,
-            st,
-            |v| unsafe {
-                atomic_add(addr_of_mut!((*v).runnable_ns), off.runnable_ns);
-                atomic_add(addr_of_mut!((*v).sleeping_ns), off.sleeping_ns);
-                atomic_add(
-                    addr_of_mut!((*v).uninterruptible_ns),
-                    off.uninterruptible_ns,
-                );
-            },
-        );
+        let hold = agg_key(ctx, locker, KIND_HOLD, mode, ns, reason, ended.blocked, st);
         timeline::emit(locker, &hold, ns);
         // A downgrade ends the write hold and begins a read hold: the copy serves that too.
         let last_use = st.hold_start_ns == 0;
         user_stacks::send_event(ctx, locker, st, &hold, ns, EventShare::held(&off), last_use);
-        if ended.blocked {
-            remember_holder(locker, &hold, ended.hold_start_ns);
-        }
         if off.sleeping_ns > 0 {
             add_sleep(&hold, off.longest_sleep_stack, off.sleeping_ns);
         }
+        if ended.blocked {
+            // Kept now, not later with the aggregation: its waiters, charged when they leave
+            // the lock, must find it.
+            blockers::remember_holder(locker.tid, &hold, ended.hold_start_ns);
+        }
+        pending::defer_hold(st, hold, ns, &off);
     }
 }
 
@@ -408,47 +406,6 @@ fn apply<C: LockContext>(
 pub fn add_totals(outside: bool, mode: u8, f: impl FnOnce(&mut ModeTotals)) {
     if let Some(totals) = TOTALS.get_ptr_mut(totals_index(outside, mode)) {
         f(unsafe { &mut *totals });
-    }
-}
-
-/// Keeps a blocking holder's stacks for the waiters that acquire after it (one insert inside
-/// the critical section), and a write hold's also as the thread's latest blocking write hold,
-/// for readers that queued behind it while it was still waiting (they could not know its
-/// hold_start): overwritten in place, since the key stays the same (a lookup, not an insert).
-#[inline(always)]
-fn remember_holder(locker: &Locker, hold: &AggKey, hold_start_ns: u64) {
-    let id = HoldId {
-        tid: locker.tid,
-        _pad: 0,
-        hold_start_ns,
-    };
-    let holder = HolderKey {
-        kernel_stack: hold.kernel_stack,
-        user_stack: hold.user_stack,
-        tid: locker.tid,
-        outside_pid: locker.outside_pid,
-        mode: hold.mode,
-        syscall: hold.syscall,
-        fault: hold.fault,
-        _pad: 0,
-    };
-    if HOLDER_INFO.insert(&id, &holder, 0).is_err() {
-        count(Counter::HolderStackMissing);
-    }
-    if hold.mode != MODE_WRITE {
-        return;
-    }
-    let latest = HoldId {
-        hold_start_ns: LAST_HOLD,
-        ..id
-    };
-    match HOLDER_INFO.get_ptr_mut(&latest) {
-        Some(last) => unsafe { *last = holder },
-        None => {
-            if HOLDER_INFO.insert(&latest, &holder, 0).is_err() {
-                count(Counter::HolderStackMissing);
-            }
-        }
     }
 }
 
@@ -464,16 +421,16 @@ fn add_sleep(hold: &AggKey, stack: i32, ns: u64) {
     }
 }
 
-/// Adds one duration to its stack's entry and returns the entry's key. Stacks are kept for
-/// durations over the stack threshold (or when `force`: a hold that blocked someone, a sampled
-/// operation): the ones walked at start_locking, outside the critical section, when the
-/// operation was expected to be long or was sampled (the caller that locks is the one that
-/// unlocks: the same code path). One that was not gets its stacks walked here, inside the
-/// critical section where all waiters pay for the microseconds it takes, only past the late
-/// threshold (1 ms unless every stack is asked for); shorter ones are grouped without a stack.
+/// The aggregation key of one duration. Stacks are kept for durations over the stack
+/// threshold (or when `force`: a hold that blocked someone, a sampled operation): the ones
+/// walked at start_locking, outside the critical section, when the operation was expected to be
+/// long or was sampled (the caller that locks is the one that unlocks: the same code path). One
+/// that was not gets its stacks walked here, inside the critical section where all waiters pay
+/// for the microseconds it takes, only past the late threshold (1 ms unless every stack is
+/// asked for); shorter ones are grouped without a stack.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn aggregate<C: LockContext>(
+fn agg_key<C: LockContext>(
     ctx: &C,
     locker: &Locker,
     kind: u8,
@@ -482,7 +439,6 @@ fn aggregate<C: LockContext>(
     reason: Reason,
     force: bool,
     st: &LockState,
-    extra: impl FnOnce(*mut AggValue),
 ) -> AggKey {
     let cfg = config();
     let force = force || st.user_copy_sampled != 0;
@@ -495,7 +451,7 @@ fn aggregate<C: LockContext>(
     } else {
         (NO_STACK, NO_STACK)
     };
-    let key = AggKey {
+    AggKey {
         pid: locker.pid,
         tid: if locker.outside_pid != 0 || keeps_thread(KEYS_AGG) {
             locker.tid
@@ -509,17 +465,12 @@ fn aggregate<C: LockContext>(
         mode,
         syscall: reason.syscall,
         fault: reason.fault,
-    };
-    if let Some(value) = agg_value(&key) {
-        add_duration(value, ns);
-        extra(value);
     }
-    key
 }
 
 /// The AGG value of `key`, inserted (and counted, for folding thread ids) if new.
 #[inline(always)]
-fn agg_value(key: &AggKey) -> Option<*mut AggValue> {
+pub fn agg_value(key: &AggKey) -> Option<*mut AggValue> {
     if let Some(value) = AGG.get_ptr_mut(key) {
         return Some(value);
     }

@@ -11,13 +11,14 @@ use aya_ebpf::{
     programs::BtfTracePointContext,
 };
 use tracer_common::{
-    Config, Counter, FastTargets, EXITED_LIFETIME_NS, EXITED_THREADS, FAST_TARGETS,
+    Config, Counter, FastTargets, StateKey, EXITED_LIFETIME_NS, EXITED_THREADS, FAST_TARGETS,
 };
 
 use crate::maps::{
     add_to, armed, config, count, DISCOVER, LOCKER_COMMS, TARGET_MMS, TARGET_TGIDS, THREAD_EXITS,
     TRACE_START,
 };
+use crate::pending;
 
 const EEXIST: i32 = 17;
 
@@ -216,6 +217,12 @@ pub fn is_target_tgid(tgid: u32) -> bool {
     if cfg.system_wide != 0 {
         return tgid != cfg.tracer_tgid;
     }
+    if cfg.target_slots != 0 {
+        // A few compares instead of a hash lookup, on every mm syscall and fault on the machine.
+        return TARGET_SLOTS
+            .get(0)
+            .is_some_and(|targets| slot_of_pid(targets, tgid) != NO_SLOT);
+    }
     is_listed_target(tgid)
 }
 
@@ -348,6 +355,12 @@ pub fn sched_process_exit(_ctx: BtfTracePointContext) -> i32 {
     let owns_target_mm = unsafe { TARGET_MMS.get(&mm) }.is_some_and(|owner| *owner == tgid);
     if armed() && tgid != cfg.tracer_tgid && (owns_target_mm || is_listed_target(tgid)) {
         add_lifetime(task, cfg);
+        // The thread locks nothing more: what its last lock operation left is aggregated now.
+        pending::flush_thread(&StateKey {
+            tid: bpf_get_current_pid_tgid() as u32,
+            _pad: 0,
+            mm,
+        });
     }
     if !process_is_gone(task, cfg) {
         return 0;

@@ -6,6 +6,7 @@ mod contention;
 mod faults;
 pub mod floor;
 mod mmap_lock;
+mod pending;
 mod sched;
 mod self_cost;
 mod syscalls;
@@ -22,10 +23,10 @@ use aya::{
     Ebpf, EbpfLoader, Pod,
 };
 use tracer_common::{
-    lean_agg_index, totals_index, AggKey, AggValue, Config, Counter, FastTargets, LockState,
-    ModeTotals, StateKey, SyscallTotals, COUNTER_SLOTS, EXITED_LIFETIME_NS, EXITED_THREADS,
-    FAST_TARGETS, KIND_HOLD, KIND_WAIT, MODE_READ, MODE_WRITE, NO_STACK, PER_THREAD_ALWAYS,
-    PER_THREAD_WHILE_ROOM, TOTALS_SLOTS,
+    holder_slot, lean_agg_index, totals_index, AggKey, AggValue, Config, Counter, FastTargets,
+    HolderRecord, LockState, ModeTotals, StateKey, SyscallTotals, COUNTER_SLOTS,
+    EXITED_LIFETIME_NS, EXITED_THREADS, FAST_TARGETS, KIND_HOLD, KIND_WAIT, MODE_READ, MODE_WRITE,
+    NO_STACK, PER_THREAD_ALWAYS, PER_THREAD_WHILE_ROOM, TOTALS_SLOTS,
 };
 
 use self::timeline::TimelineReader;
@@ -220,6 +221,7 @@ impl Probes {
             attribution: settings.attribution as u32,
             tracer_tgid: std::process::id(),
             inherit: settings.inherit as u32,
+            holder_slots_mask: holder_records(settings.target_threads) - 1,
             task_tgid_offset: offsets.task_tgid,
             per_thread: match (settings.per_thread_required, settings.per_thread) {
                 (true, _) => PER_THREAD_ALWAYS,
@@ -253,7 +255,7 @@ impl Probes {
             .override_global("CONFIG", &config, true)
             .map_max_entries("AGG", settings.max_entries)
             .map_max_entries("BLOCKED", settings.max_entries)
-            .map_max_entries("HOLDER_INFO", holder_records(settings.target_threads))
+            .map_max_entries("HOLDER_INFO", config.holder_slots_mask + 1)
             .map_max_entries("STACKS", settings.max_stacks)
             .map_max_entries(
                 "TIMELINE",
@@ -467,6 +469,7 @@ impl Probes {
         // Disarmed above, so the maps no longer move; dropping `self` afterwards detaches the
         // programs.
         let mut harvest = read_maps(&self, events)?;
+        fold_pending(&self.ebpf, &mut harvest)?;
         if let Some((_, n)) = harvest
             .counters
             .iter_mut()
@@ -478,13 +481,15 @@ impl Probes {
     }
 }
 
-/// Operations that were not expected to be long get their stacks walked inside the critical
-/// section only past this (every stack with --stack-threshold 0, which asks for them all).
-/// HOLDER_INFO keeps each blocking hold's stacks until the waits queued behind it end; on a
-/// lock that thousands of threads queue for, a wait outlasts about as many holds as there are
-/// threads, each with its record (and LRU maps evict before they are full, per CPU).
+/// HOLDER_INFO keeps each blocking hold's stacks until the waits queued behind it are charged;
+/// on a lock that thousands of threads queue for, a wait outlasts about as many holds as there
+/// are threads, each with its record. Slots are picked by hashing the hold's id, so the array is
+/// kept several times larger than the records alive at once (a power of two: the slot is a mask
+/// of the hash).
 fn holder_records(threads: usize) -> u32 {
-    (threads.saturating_mul(16)).clamp(8192, 131_072) as u32
+    (threads.saturating_mul(16))
+        .clamp(8192, 131_072)
+        .next_power_of_two() as u32
 }
 
 /// AGG and BLOCKED (as large) fold thread ids away once three quarters full, keeping room for
@@ -493,6 +498,8 @@ fn fold_threads_at(capacity: u32) -> u32 {
     capacity - capacity / 4
 }
 
+/// Operations that were not expected to be long get their stacks walked inside the critical
+/// section only past this (every stack with --stack-threshold 0, which asks for them all).
 fn late_stack_threshold(stack_threshold_ns: u64) -> u64 {
     if stack_threshold_ns == 0 {
         0
@@ -542,7 +549,11 @@ fn read_maps(probes: &Probes, timeline: Vec<tracer_common::TimelineEvent>) -> Re
     let target_mms = read_target_mms(ebpf)?;
     let mut entries: Vec<RawEntry> = read_shared(ebpf, "AGG")?
         .into_iter()
-        .map(|(key, value)| RawEntry::exact(key, value))
+        .map(|(key, mut value): (AggKey, AggValue)| {
+            // The programs count into the histogram only (tracer-ebpf's add_duration).
+            value.count = value.hist.iter().sum();
+            RawEntry::exact(key, value)
+        })
         .collect();
     let mut totals = read_array(&map_ref(ebpf, "TOTALS")?, ModeTotals::merge)?;
     if let (true, Some(slots)) = (probes.lean_array, &probes.slots) {
@@ -577,6 +588,29 @@ fn read_maps(probes: &Probes, timeline: Vec<tracer_common::TimelineEvent>) -> Re
         .collect();
     harvest.stacks = read_stacks(&map_ref(ebpf, "STACKS")?, &ids);
     Ok(harvest)
+}
+
+/// The last operations that threads left pending (see `pending`), folded into the final
+/// harvest: the programs are disarmed, so no thread flushes them meanwhile.
+fn fold_pending(ebpf: &Ebpf, harvest: &mut Harvest) -> Result<()> {
+    let target_mms = read_target_mms(ebpf)?;
+    let states: BpfHashMap<_, StateKey, LockState> = map_ref(ebpf, "LOCK_STATE")?;
+    let pending: Vec<LockState> = states
+        .iter()
+        .filter_map(|r| r.ok())
+        .filter(|(key, st)| {
+            target_mms.contains_key(&key.mm)
+                && (st.pending_wait.is_some() || st.pending_holds.iter().any(|h| h.is_some()))
+        })
+        .map(|(_, st)| st)
+        .collect();
+    let holders: aya::maps::Array<_, HolderRecord> = map_ref(ebpf, "HOLDER_INFO")?;
+    let mask = holders.len() - 1;
+    pending::fold(harvest, &pending, |id| {
+        let record = holders.get(&holder_slot(id, mask), 0).ok()?;
+        (record.id == *id).then_some(record.holder)
+    });
+    Ok(())
 }
 
 fn read_target_mms(ebpf: &Ebpf) -> Result<HashMap<u64, u32>> {

@@ -1,0 +1,115 @@
+//! Aggregation moved out of the critical section. acquire_returned and released run while the
+//! lock is held, so every nanosecond they spend is paid by all the waiters queued behind: there
+//! the programs only time the wait or hold and name its key (stacks included), and leave the
+//! aggregation (a shared hash map's atomic adds, the charge to the blockers) in the thread's
+//! state, to be done at its next step outside the lock: its next start_locking on the mm, the
+//! exit of its mm syscall, or its exit. User space folds what is still pending at the end of the
+//! trace.
+
+use core::ptr::addr_of_mut;
+
+use tracer_common::{AggKey, LockState, OffCpu, PendingAgg};
+
+use crate::{
+    blockers,
+    maps::{add_duration, atomic_add, config, LOCK_STATE},
+    mmap_lock::agg_value,
+};
+
+/// Leaves a finished wait for later; its blockers stay in `st.blockers` until then.
+#[inline(always)]
+pub fn defer_wait(st: &mut LockState, key: AggKey, ns: u64, contended_ns: u64) {
+    if st.pending_wait.is_some() {
+        // Two waits without a start_locking between them (never seen): the first one now.
+        flush_wait(st);
+    }
+    st.pending_wait = PendingAgg {
+        key,
+        count: 1,
+        ns,
+        parts: [contended_ns, 0, 0],
+    };
+    if !deferred() {
+        flush_wait(st);
+    }
+}
+
+/// Leaves a finished hold for later.
+#[inline(always)]
+pub fn defer_hold(st: &mut LockState, key: AggKey, ns: u64, off: &OffCpu) {
+    let hold = PendingAgg {
+        key,
+        count: 1,
+        ns,
+        parts: [off.runnable_ns, off.sleeping_ns, off.uninterruptible_ns],
+    };
+    let slot = if !st.pending_holds[0].is_some() {
+        &mut st.pending_holds[0]
+    } else {
+        if st.pending_holds[1].is_some() {
+            // Three holds without a step outside the lock (never seen): one is aggregated
+            // now, inside the critical section.
+            flush_hold(&mut st.pending_holds[1]);
+        }
+        &mut st.pending_holds[1]
+    };
+    *slot = hold;
+    if !deferred() {
+        flush_hold(slot);
+    }
+}
+
+/// Whether aggregation waits for the thread's next step outside the lock. Without attribution
+/// (`--lean`, whose own path aggregates in a per-CPU array) start_locking does not flush.
+#[inline(always)]
+fn deferred() -> bool {
+    config().attribution != 0
+}
+
+/// Aggregates what the thread's last lock operation left pending. Call outside the lock only.
+#[inline(always)]
+pub fn flush(st: &mut LockState) {
+    if st.pending_wait.is_some() {
+        flush_wait(st);
+    }
+    for hold in st.pending_holds.iter_mut() {
+        if hold.is_some() {
+            flush_hold(hold);
+        }
+    }
+}
+
+/// `flush` for the state of (`tid`, `mm`), if it has one. A BPF-to-BPF call: its branches
+/// stay apart from the caller's.
+#[inline(never)]
+pub fn flush_thread(key: &tracer_common::StateKey) {
+    if let Some(st) = LOCK_STATE.get_ptr_mut(key) {
+        flush(unsafe { &mut *st });
+    }
+}
+
+#[inline(never)]
+fn flush_wait(st: &mut LockState) {
+    let p = st.pending_wait;
+    st.pending_wait.count = 0;
+    if let Some(value) = agg_value(&p.key) {
+        add_duration(value, p.ns);
+        atomic_add(unsafe { addr_of_mut!((*value).contended_ns) }, p.parts[0]);
+    }
+    blockers::charge(&p.key, &st.blockers, p.ns);
+    st.blockers.count = 0;
+}
+
+#[inline(never)]
+fn flush_hold(hold: &mut PendingAgg) {
+    let p = *hold;
+    hold.count = 0;
+    if let Some(value) = agg_value(&p.key) {
+        add_duration(value, p.ns);
+        unsafe {
+            atomic_add(addr_of_mut!((*value).runnable_ns), p.parts[0]);
+            atomic_add(addr_of_mut!((*value).sleeping_ns), p.parts[1]);
+            atomic_add(addr_of_mut!((*value).uninterruptible_ns), p.parts[2]);
+        }
+    }
+}
