@@ -2,7 +2,7 @@
 //! where the kernel allows them, else classic ones.
 
 use anyhow::{anyhow, Result};
-use aya::{programs::BtfTracePoint, Btf, Ebpf};
+use aya::{programs::BtfTracePoint, Ebpf};
 use tracer_common::Config;
 
 use crate::system::tracefs::{Tracefs, CONTENTION_BEGIN, CONTENTION_END};
@@ -55,9 +55,9 @@ const BTF_PROGRAMS: [(&str, &str); 2] = [
 ];
 
 fn load_btf(ebpf: &mut Ebpf) -> Result<()> {
-    let btf = Btf::from_sys_fs()?;
+    let btf = super::kernel_btf()?;
     for (name, event) in BTF_PROGRAMS {
-        super::program::<BtfTracePoint>(ebpf, name)?.load(event, &btf)?;
+        super::program::<BtfTracePoint>(ebpf, name)?.load(event, btf)?;
     }
     Ok(())
 }

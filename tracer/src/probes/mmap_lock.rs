@@ -6,7 +6,7 @@
 use anyhow::{anyhow, Context as _, Result};
 use aya::{
     programs::{BtfTracePoint, TracePoint},
-    Btf, Ebpf,
+    Ebpf,
 };
 use tracer_common::Config;
 
@@ -101,14 +101,12 @@ fn attach_target_lifecycle(ebpf: &mut Ebpf) {
             "the processes a traced command starts are not traced",
         ),
     ] {
-        let attached = Btf::from_sys_fs()
-            .map_err(anyhow::Error::from)
-            .and_then(|btf| {
-                let program = super::program::<BtfTracePoint>(ebpf, name)?;
-                program.load(name, &btf)?;
-                program.attach()?;
-                Ok(())
-            });
+        let attached = super::kernel_btf().and_then(|btf| {
+            let program = super::program::<BtfTracePoint>(ebpf, name)?;
+            program.load(name, btf)?;
+            program.attach()?;
+            Ok(())
+        });
         if let Err(err) = attached {
             log::warn!("cannot attach tp_btf/{name} ({err:#}): {without}");
         }
@@ -117,10 +115,10 @@ fn attach_target_lifecycle(ebpf: &mut Ebpf) {
 
 /// Loads `programs` (in LOCK_EVENTS order) as BTF tracepoints on the three events.
 pub(super) fn load_btf(ebpf: &mut Ebpf, programs: &[&str; 3]) -> Result<()> {
-    let btf = Btf::from_sys_fs().context("reading the kernel's BTF")?;
+    let btf = super::kernel_btf()?;
     for (name, event) in programs.iter().zip(LOCK_EVENTS) {
         super::program::<BtfTracePoint>(ebpf, name)?
-            .load(event, &btf)
+            .load(event, btf)
             .map_err(|e| super::explain_permission(anyhow!(e), &format!("loading {name}")))?;
     }
     Ok(())

@@ -186,6 +186,16 @@ impl Drop for Probes {
     }
 }
 
+/// The running kernel's BTF, parsed once: each BTF tracepoint family needs it to load its
+/// programs, and each parse of its 5-6 MB took time and memory at startup.
+fn kernel_btf() -> Result<&'static aya::Btf> {
+    static KERNEL_BTF: std::sync::OnceLock<Result<aya::Btf, String>> = std::sync::OnceLock::new();
+    KERNEL_BTF
+        .get_or_init(|| aya::Btf::from_sys_fs().map_err(|e| e.to_string()))
+        .as_ref()
+        .map_err(|e| anyhow!("reading the kernel's BTF: {e}"))
+}
+
 /// The program `name` of the object, as the kind `P` it must be.
 fn program<'a, P>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut P>
 where

@@ -1,18 +1,20 @@
 //! Attaching the scheduler family: sched_switch as a BTF tracepoint (holders' off-CPU time).
 
 use anyhow::{anyhow, Result};
-use aya::{programs::BtfTracePoint, Btf, Ebpf};
+use aya::{programs::BtfTracePoint, Ebpf};
 
 pub fn attach(ebpf: &mut Ebpf) -> Result<bool> {
-    let btf = match Btf::from_sys_fs() {
+    let btf = match super::kernel_btf() {
         Ok(btf) => btf,
         Err(err) => {
-            log::warn!("no kernel BTF for sched_switch ({err}): holders' off-CPU time is left out");
+            log::warn!(
+                "no kernel BTF for sched_switch ({err:#}): holders' off-CPU time is left out"
+            );
             return Ok(false);
         }
     };
     let program = super::program::<BtfTracePoint>(ebpf, "sched_switch")?;
-    if let Err(err) = program.load("sched_switch", &btf) {
+    if let Err(err) = program.load("sched_switch", btf) {
         log::warn!("cannot load the sched_switch BTF tracepoint ({err}): holders' off-CPU time is left out");
         return Ok(false);
     }
