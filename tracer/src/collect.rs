@@ -61,6 +61,33 @@ impl Watch {
     pub fn walk_stats(&self) -> crate::unwind::WalkStats {
         self.unwinder.stats()
     }
+
+    /// What the tracer's memory holds, for -v: its own figures from /proc/self/status, then
+    /// the per-process state the collector keeps.
+    pub fn memory_line(&self) -> String {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let kib = |field: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(field))
+                .and_then(|rest| rest.split_whitespace().next()?.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        let (objects, unwinders) = self.unwinder.held();
+        let (copies, copy_bytes) = self.pending_copies.raw_held();
+        memory_summary(
+            [
+                kib("VmHWM:"),
+                kib("VmRSS:"),
+                kib("RssAnon:"),
+                kib("RssFile:"),
+            ],
+            objects,
+            unwinders,
+            self.mappings.len(),
+            (copies, copy_bytes),
+        )
+    }
 }
 
 impl Watch {
@@ -463,9 +490,47 @@ impl Windows {
     }
 }
 
+/// `[peak, rss, anon, file]` in KiB.
+fn memory_summary(
+    kib: [u64; 4],
+    objects: usize,
+    unwinders: usize,
+    mapping_lists: usize,
+    (copies, copy_bytes): (usize, usize),
+) -> String {
+    let mib = |k: u64| k as f64 / 1024.0;
+    format!(
+        "memory: peak RSS {:.1} MiB, now {:.1} MiB ({:.1} anonymous, {:.1} mapped files: the \
+         objects read for unwinding and symbols); held: unwind info of {objects} objects, \
+         unwinders of {unwinders} processes, mapping lists of {mapping_lists} processes, \
+         {copies} user stack copies not unwound yet ({:.1} MiB)",
+        mib(kib[0]),
+        mib(kib[1]),
+        mib(kib[2]),
+        mib(kib[3]),
+        copy_bytes as f64 / (1 << 20) as f64
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_memory_line_names_what_holds_it() {
+        let line = memory_summary([204_800, 102_400, 81_920, 20_480], 12, 30, 31, (5, 327_680));
+        assert!(
+            line.starts_with(
+                "memory: peak RSS 200.0 MiB, now 100.0 MiB (80.0 anonymous, 20.0 mapped files"
+            ),
+            "{line}"
+        );
+        assert!(line.contains("unwind info of 12 objects, unwinders of 30 processes, mapping lists of 31 processes"), "{line}");
+        assert!(
+            line.ends_with("5 user stack copies not unwound yet (0.3 MiB)"),
+            "{line}"
+        );
+    }
 
     #[test]
     fn absurd_durations_have_no_deadline_rather_than_a_panic() {

@@ -338,6 +338,7 @@ fn finish(
             walks.cut_otherwise
         );
     }
+    log::info!("{}", watch.memory_line());
     let mut harvest = probes.harvest()?;
     watch.complete(&mut harvest);
     log::info!(

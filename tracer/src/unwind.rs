@@ -65,6 +65,11 @@ impl StackUnwinder {
         self.stats
     }
 
+    /// How many objects' unwind info and processes' unwinders are kept (for -v).
+    pub fn held(&self) -> (usize, usize) {
+        (self.objects.len(), self.processes.len())
+    }
+
     fn add_new_modules(&mut self, pid: u32, mappings: &MappingHistory) {
         let process = self
             .processes

@@ -108,6 +108,17 @@ pub struct PendingCopies {
 }
 
 impl PendingCopies {
+    /// Copies not unwound yet, and their bytes (for -v).
+    pub fn raw_held(&self) -> (usize, usize) {
+        self.by_tid
+            .values()
+            .filter_map(|(_, pending)| match pending {
+                Pending::Raw(copy) => Some(copy.bytes.len()),
+                Pending::Unwound(_) => None,
+            })
+            .fold((0, 0), |(n, bytes), len| (n + 1, bytes + len))
+    }
+
     pub fn add_copy(&mut self, copy: StackCopy) {
         self.stats.copies += 1;
         if self.by_tid.len() >= MAX_PENDING && !self.by_tid.contains_key(&copy.header.tid) {

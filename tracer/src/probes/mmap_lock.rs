@@ -103,7 +103,7 @@ fn attach_target_lifecycle(ebpf: &mut Ebpf) {
     ] {
         let attached = super::kernel_btf().and_then(|btf| {
             let program = super::program::<BtfTracePoint>(ebpf, name)?;
-            program.load(name, btf)?;
+            program.load(name, &btf)?;
             program.attach()?;
             Ok(())
         });
@@ -118,7 +118,7 @@ pub(super) fn load_btf(ebpf: &mut Ebpf, programs: &[&str; 3]) -> Result<()> {
     let btf = super::kernel_btf()?;
     for (name, event) in programs.iter().zip(LOCK_EVENTS) {
         super::program::<BtfTracePoint>(ebpf, name)?
-            .load(event, btf)
+            .load(event, &btf)
             .map_err(|e| super::explain_permission(anyhow!(e), &format!("loading {name}")))?;
     }
     Ok(())

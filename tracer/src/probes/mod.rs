@@ -186,14 +186,32 @@ impl Drop for Probes {
     }
 }
 
-/// The running kernel's BTF, parsed once: each BTF tracepoint family needs it to load its
-/// programs, and each parse of its 5-6 MB took time and memory at startup.
-fn kernel_btf() -> Result<&'static aya::Btf> {
-    static KERNEL_BTF: std::sync::OnceLock<Result<aya::Btf, String>> = std::sync::OnceLock::new();
-    KERNEL_BTF
-        .get_or_init(|| aya::Btf::from_sys_fs().map_err(|e| e.to_string()))
-        .as_ref()
-        .map_err(|e| anyhow!("reading the kernel's BTF: {e}"))
+/// The running kernel's BTF, parsed once while the programs load: each BTF tracepoint family
+/// needs it, and each parse of its 5-6 MB took time and memory at startup. Dropped once they
+/// are loaded (`forget_kernel_btf`): kept, it held 16 MB for the whole trace.
+static KERNEL_BTF: std::sync::Mutex<Option<std::sync::Arc<aya::Btf>>> = std::sync::Mutex::new(None);
+
+fn kernel_btf() -> Result<std::sync::Arc<aya::Btf>> {
+    let mut cached = KERNEL_BTF.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(btf) = cached.as_ref() {
+        return Ok(btf.clone());
+    }
+    let btf = std::sync::Arc::new(
+        aya::Btf::from_sys_fs().map_err(|e| anyhow!("reading the kernel's BTF: {e}"))?,
+    );
+    *cached = Some(btf.clone());
+    Ok(btf)
+}
+
+fn forget_kernel_btf() {
+    KERNEL_BTF.lock().unwrap_or_else(|e| e.into_inner()).take();
+    // The parses (aya's loader makes its own) leave tens of MB of freed heap that glibc keeps
+    // for the process; hand it back, since the trace will not need it.
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only releases free heap memory.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
 
 /// The program `name` of the object, as the kind `P` it must be.
@@ -345,6 +363,7 @@ impl Probes {
                 ..Features::default()
             }
         };
+        forget_kernel_btf();
         Ok(Self {
             ebpf,
             timeline,

@@ -14,7 +14,7 @@ pub fn attach(ebpf: &mut Ebpf) -> Result<bool> {
         }
     };
     let program = super::program::<BtfTracePoint>(ebpf, "sched_switch")?;
-    if let Err(err) = program.load("sched_switch", btf) {
+    if let Err(err) = program.load("sched_switch", &btf) {
         log::warn!("cannot load the sched_switch BTF tracepoint ({err}): holders' off-CPU time is left out");
         return Ok(false);
     }
