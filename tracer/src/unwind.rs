@@ -178,6 +178,13 @@ fn object_info(
     info
 }
 
+/// Largest `.text` copied for framehop's instruction analysis (the first frame's prologue or
+/// epilogue where CFI is missing). The sections are copied so that no map of a file the target
+/// may truncate outlives `object_info`; a `.text` of 100 MB (librustc_driver, libLLVM) made up
+/// most of the tracer's memory under `-a` during a build, and .eh_frame covers those
+/// instructions anyway.
+const TEXT_COPY_MAX: u64 = 16 << 20;
+
 /// Reads the sections framehop needs from an ELF object.
 fn parse_object(data: &[u8]) -> Option<ObjectInfo> {
     let elf = object::File::parse(data).ok()?;
@@ -190,7 +197,16 @@ fn parse_object(data: &[u8]) -> Option<ObjectInfo> {
             None => (None, None),
         }
     };
-    let (text_svma, text) = section(".text");
+    let text_size = elf.section_by_name(".text").map_or(0, |s| s.size());
+    let (text_svma, text) = if text_size <= TEXT_COPY_MAX {
+        section(".text")
+    } else {
+        (
+            elf.section_by_name(".text")
+                .map(|s| s.address()..s.address() + s.size()),
+            None,
+        )
+    };
     let (eh_frame_svma, eh_frame) = section(".eh_frame");
     let (eh_frame_hdr_svma, eh_frame_hdr) = section(".eh_frame_hdr");
     let (got_svma, _) = section(".got");
