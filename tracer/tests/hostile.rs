@@ -151,11 +151,7 @@ fn a_target_whose_executable_became_a_fifo_is_reported_without_hanging() {
     let mut target = spawn_target(&exe, &["hostile", "--kind", "fifo", "--seconds", "3"]);
     // Default mode: frame-pointer stacks, symbolized after the target exited.
     let run = trace(dir.path(), &mut target, &[]);
-    assert!(
-        fs::symlink_metadata(&exe).unwrap().file_type().is_fifo(),
-        "the target did not leave a FIFO at {}",
-        exe.display()
-    );
+    assert_became_fifo(&exe);
     assert_full_text_report(&run, "hostile-fifo");
 }
 
@@ -415,14 +411,7 @@ fn a_dlopened_library_replaced_by_a_fifo_is_reported_without_hanging() {
         ],
     );
     let run = trace(dir.path(), &mut target, &[]);
-    assert!(
-        fs::symlink_metadata(&library)
-            .unwrap()
-            .file_type()
-            .is_fifo(),
-        "the target did not leave a FIFO at {}",
-        library.display()
-    );
+    assert_became_fifo(&library);
     assert_full_text_report(&run, "libchurn");
 }
 
@@ -489,5 +478,14 @@ fn a_target_in_another_mount_namespace_is_symbolized_from_its_own_files() {
             .iter()
             .all(|s| !s.contains("mmapsem_trace::") && !s.contains("tracer::")),
         "symbols of the file at the path in the tracer's namespace: {symbols:?}"
+    );
+}
+
+/// The target turned `path` into a FIFO, as its hostile mode promises.
+fn assert_became_fifo(path: &std::path::Path) {
+    assert!(
+        fs::symlink_metadata(path).unwrap().file_type().is_fifo(),
+        "the target did not leave a FIFO at {}",
+        path.display()
     );
 }

@@ -6,7 +6,7 @@ mod common;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{bpf_available, serial, Workload, TRACER};
+use common::{bpf_available, screen::cut_values, serial, Workload, TRACER};
 
 /// A tmux server of the test's own (its own socket), killed with the test.
 struct Pane {
@@ -160,23 +160,6 @@ fn q_exits_well_within_the_refresh_interval() {
         "the view's screen is gone after q:\n{screen}"
     );
     eprintln!("{test}: exited {exited_after:?} after q");
-}
-
-/// Every decimal number on the line that is not followed by its unit (or is not a share).
-fn cut_values(line: &str) -> Vec<String> {
-    let tokens: Vec<&str> = line.split_whitespace().collect();
-    let units = ["ns", "µs", "ms", "s"];
-    let mut cut = Vec::new();
-    for (i, token) in tokens.iter().enumerate() {
-        let number = token.trim_start_matches(['≤', '›']);
-        if !number.contains('.') || number.ends_with('%') || number.parse::<f64>().is_err() {
-            continue;
-        }
-        if !tokens.get(i + 1).is_some_and(|next| units.contains(next)) {
-            cut.push(format!("{token} {}", tokens.get(i + 1).unwrap_or(&"")));
-        }
-    }
-    cut
 }
 
 /// A `human_ns` value back in nanoseconds.

@@ -346,22 +346,8 @@ mod tests {
         assert!(text.contains("mmapsem-trace  pid 42 (app)"), "{text}");
     }
 
-    /// Whether every decimal number on a line is whole: followed by its unit, or a share.
-    fn cut_values(line: &str) -> Vec<String> {
-        let tokens: Vec<&str> = line.split_whitespace().collect();
-        let units = ["ns", "µs", "ms", "s"];
-        let mut cut = Vec::new();
-        for (i, token) in tokens.iter().enumerate() {
-            let number = token.trim_start_matches(['≤', '›']);
-            if !number.contains('.') || number.ends_with('%') || number.parse::<f64>().is_err() {
-                continue;
-            }
-            if !tokens.get(i + 1).is_some_and(|next| units.contains(next)) {
-                cut.push(format!("{token} {}", tokens.get(i + 1).unwrap_or(&"")));
-            }
-        }
-        cut
-    }
+    // cut_values, shared with the tmux integration tests.
+    include!("../../tests/common/screen.rs");
 
     #[test]
     fn narrow_terminals_drop_columns_but_never_cut_a_value() {

@@ -8,6 +8,8 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+pub mod screen;
+
 pub const TRACER: &str = env!("CARGO_BIN_EXE_mmapsem-trace");
 
 /// Compiles the C file `source` with the machine's gcc and `flags` into `output`.
