@@ -30,15 +30,8 @@ classic_tracepoint! {
 }
 
 #[inline(always)]
-fn mm_syscall_index(nr: i32) -> Option<usize> {
-    config().syscall_nrs.iter().position(|&n| n == nr)
-}
-
-#[inline(always)]
 fn enter(nr: i32) {
-    // The number first: most syscalls are not mm syscalls, and the compares cost less than the
-    // target lookup.
-    let Some(index) = mm_syscall_index(nr) else {
+    let Some(index) = config().syscall_nrs.iter().position(|&n| n == nr) else {
         return;
     };
     let pid_tgid = bpf_get_current_pid_tgid();
@@ -117,7 +110,7 @@ pub fn charge(st: &mut LockState, fx: &Effects) -> u8 {
 }
 
 /// The lock wait and hold the exiting syscall's lock operations left in the thread's state
-/// (under its own mm), taken out of it.
+/// (under its own mm), taken out of it; their pending aggregation is done on the way.
 #[inline(always)]
 fn take_lock_time(tid: u32) -> (u64, u64) {
     let key = StateKey {
