@@ -652,18 +652,16 @@ fn read_maps(probes: &Probes, timeline: Vec<tracer_common::TimelineEvent>) -> Re
 }
 
 /// The last operations that threads left pending (see `pending`), folded into the final
-/// harvest: the programs are disarmed, so no thread flushes them meanwhile.
+/// harvest: the programs are disarmed, so no thread flushes them meanwhile. Every state is a
+/// target's (the programs make none for other mms), including those of mms that are gone: an
+/// exec leaves the old mm's last operation pending, with no later step on that mm to flush it.
 fn fold_pending(ebpf: &Ebpf, harvest: &mut Harvest) -> Result<()> {
-    let target_mms = read_target_mms(ebpf)?;
     let states: BpfHashMap<_, StateKey, LockState> = map_ref(ebpf, "LOCK_STATE")?;
     let pending: Vec<LockState> = states
         .iter()
         .filter_map(|r| r.ok())
-        .filter(|(key, st)| {
-            target_mms.contains_key(&key.mm)
-                && (st.pending_wait.is_some() || st.pending_holds.iter().any(|h| h.is_some()))
-        })
         .map(|(_, st)| st)
+        .filter(|st| st.pending_wait.is_some() || st.pending_holds.iter().any(|h| h.is_some()))
         .collect();
     let holders: aya::maps::Array<_, HolderRecord> = map_ref(ebpf, "HOLDER_INFO")?;
     let mask = holders.len() - 1;
