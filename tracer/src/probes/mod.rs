@@ -122,6 +122,8 @@ pub struct Probes {
     /// When the trace started (monotonic ns; 0 until set_trace_start).
     trace_start_ns: u64,
     classic_links: ClassicLinks,
+    /// AGG's max_entries (BLOCKED's too), which the final fold of pending operations keeps to.
+    agg_capacity: usize,
 }
 
 /// The classic tracepoints' links, held apart from their programs so that they are closed
@@ -374,6 +376,7 @@ impl Probes {
             run_stats: self_cost::RunTimeStats::enable(),
             trace_start_ns: 0,
             classic_links,
+            agg_capacity: settings.max_entries as usize,
         })
     }
 
@@ -530,7 +533,7 @@ impl Probes {
         // Disarmed above, so the maps no longer move; dropping `self` afterwards detaches the
         // programs.
         let mut harvest = read_maps(&self, events)?;
-        fold_pending(&self.ebpf, &mut harvest)?;
+        fold_pending(&self.ebpf, self.agg_capacity, &mut harvest)?;
         if let Some((_, n)) = harvest
             .counters
             .iter_mut()
@@ -655,7 +658,7 @@ fn read_maps(probes: &Probes, timeline: Vec<tracer_common::TimelineEvent>) -> Re
 /// harvest: the programs are disarmed, so no thread flushes them meanwhile. Every state is a
 /// target's (the programs make none for other mms), including those of mms that are gone: an
 /// exec leaves the old mm's last operation pending, with no later step on that mm to flush it.
-fn fold_pending(ebpf: &Ebpf, harvest: &mut Harvest) -> Result<()> {
+fn fold_pending(ebpf: &Ebpf, capacity: usize, harvest: &mut Harvest) -> Result<()> {
     let states: BpfHashMap<_, StateKey, LockState> = map_ref(ebpf, "LOCK_STATE")?;
     let pending: Vec<LockState> = states
         .iter()
@@ -665,7 +668,7 @@ fn fold_pending(ebpf: &Ebpf, harvest: &mut Harvest) -> Result<()> {
         .collect();
     let holders: aya::maps::Array<_, HolderRecord> = map_ref(ebpf, "HOLDER_INFO")?;
     let mask = holders.len() - 1;
-    pending::fold(harvest, &pending, |id| {
+    pending::fold(harvest, &pending, capacity, |id| {
         let record = holders.get(&holder_slot(id, mask), 0).ok()?;
         (record.id == *id).then_some(record.holder)
     });

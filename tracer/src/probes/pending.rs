@@ -4,7 +4,7 @@
 //! exactly as the programs would have: the durations into their entries, the wait charged in
 //! equal shares to the holds it queued behind.
 
-use std::collections::HashMap;
+use std::collections::hash_map::{Entry, HashMap};
 
 use tracer_common::{
     log2_slot, AggKey, AggValue, BlockKey, BlockValue, Counter, HoldId, HolderKey, LockState,
@@ -14,10 +14,12 @@ use tracer_common::{
 use crate::model::{Harvest, RawEntry};
 
 /// Adds the pending parts of `states` (the target mms' lock states) to `harvest`;
-/// `holder_record` finds a blocking hold's record as HOLDER_INFO kept it.
+/// `holder_record` finds a blocking hold's record as HOLDER_INFO kept it. A new key beyond
+/// `capacity` (AGG's, which BLOCKED shares) is lost and counted, as the full map would have.
 pub fn fold(
     harvest: &mut Harvest,
     states: &[LockState],
+    capacity: usize,
     holder_record: impl Fn(&HoldId) -> Option<HolderKey>,
 ) {
     let mut entries: HashMap<AggKey, usize> = harvest
@@ -32,11 +34,11 @@ pub fn fold(
         .enumerate()
         .map(|(i, (k, _))| (*k, i))
         .collect();
-    let mut missing = 0;
+    let (mut missing, mut agg_full, mut blocked_full) = (0, 0, 0);
     for st in states {
         for pending in [&st.pending_wait, &st.pending_holds[0], &st.pending_holds[1]] {
-            if pending.is_some() {
-                add_entry(harvest, &mut entries, pending);
+            if pending.is_some() && !add_entry(harvest, &mut entries, pending, capacity) {
+                agg_full += 1;
             }
         }
         let wait = &st.pending_wait;
@@ -54,27 +56,52 @@ pub fn fold(
                 waiter: wait.key,
                 holder,
             };
-            let at = *blocked.entry(key).or_insert_with(|| {
-                harvest.blocked.push((key, BlockValue::default()));
-                harvest.blocked.len() - 1
-            });
+            let at = match blocked.entry(key) {
+                Entry::Occupied(at) => *at.get(),
+                Entry::Vacant(_) if harvest.blocked.len() >= capacity => {
+                    blocked_full += 1;
+                    continue;
+                }
+                Entry::Vacant(slot) => {
+                    harvest.blocked.push((key, BlockValue::default()));
+                    *slot.insert(harvest.blocked.len() - 1)
+                }
+            };
             let value = &mut harvest.blocked[at].1;
             value.count += 1;
             value.wait_ns += wait.ns / n as u64;
         }
     }
-    if missing > 0 {
-        add_counter(harvest, Counter::HolderStackMissing, missing);
+    for (counter, n) in [
+        (Counter::HolderStackMissing, missing),
+        (Counter::AggMapFull, agg_full),
+        (Counter::BlockedMapFull, blocked_full),
+    ] {
+        if n > 0 {
+            add_counter(harvest, counter, n);
+        }
     }
 }
 
-fn add_entry(harvest: &mut Harvest, entries: &mut HashMap<AggKey, usize>, p: &PendingAgg) {
-    let at = *entries.entry(p.key).or_insert_with(|| {
-        harvest
-            .entries
-            .push(RawEntry::exact(p.key, AggValue::default()));
-        harvest.entries.len() - 1
-    });
+/// False when `p` needed a new entry and there was no room.
+fn add_entry(
+    harvest: &mut Harvest,
+    entries: &mut HashMap<AggKey, usize>,
+    p: &PendingAgg,
+    capacity: usize,
+) -> bool {
+    let at = match entries.entry(p.key) {
+        Entry::Occupied(at) => *at.get(),
+        Entry::Vacant(_) if harvest.entries.len() >= capacity => {
+            return false;
+        }
+        Entry::Vacant(slot) => {
+            harvest
+                .entries
+                .push(RawEntry::exact(p.key, AggValue::default()));
+            *slot.insert(harvest.entries.len() - 1)
+        }
+    };
     let value = &mut harvest.entries[at].value;
     value.count += p.count;
     value.total_ns += p.ns;
@@ -87,6 +114,7 @@ fn add_entry(harvest: &mut Harvest, entries: &mut HashMap<AggKey, usize>, p: &Pe
         value.sleeping_ns += p.parts[1];
         value.uninterruptible_ns += p.parts[2];
     }
+    true
 }
 
 fn add_counter(harvest: &mut Harvest, counter: Counter, n: u64) {
@@ -135,7 +163,7 @@ mod tests {
         let mut st = LockState::ZERO;
         st.pending_wait = pending(KIND_WAIT, 1, 5000, [3000, 0, 0]);
         st.pending_holds[1] = pending(KIND_HOLD, 1, 700, [10, 20, 5]);
-        fold(&mut harvest, &[st, LockState::ZERO], |_| None);
+        fold(&mut harvest, &[st, LockState::ZERO], 100, |_| None);
         assert_eq!(harvest.entries.len(), 2);
         let wait = &harvest.entries[0].value;
         assert_eq!((wait.count, wait.total_ns, wait.max_ns), (2, 5100, 5000));
@@ -148,6 +176,17 @@ mod tests {
             (10, 20, 5)
         );
         assert!(harvest.blocked.is_empty(), "no blockers, no charge");
+    }
+
+    #[test]
+    fn a_new_key_past_the_map_capacity_is_counted_not_added() {
+        let mut harvest = Harvest::default();
+        let mut st = LockState::ZERO;
+        st.pending_wait = pending(KIND_WAIT, 1, 5000, [0; 3]);
+        st.pending_holds[0] = pending(KIND_HOLD, 1, 700, [0; 3]);
+        fold(&mut harvest, &[st], 1, |_| None);
+        assert_eq!(harvest.entries.len(), 1);
+        assert_eq!(harvest.counters, vec![(Counter::AggMapFull, 1)]);
     }
 
     #[test]
@@ -171,7 +210,7 @@ mod tests {
             kernel_stack: 4,
             ..HolderKey::unknown(2, MODE_WRITE)
         };
-        fold(&mut harvest, &[st], |id| {
+        fold(&mut harvest, &[st], 100, |id| {
             (id.tid == 2 && id.hold_start_ns == 50).then_some(known)
         });
         assert_eq!(harvest.blocked.len(), 2);
