@@ -25,6 +25,9 @@ const TICK: Duration = Duration::from_millis(100);
 /// How often executable mappings and thread names are re-read (reading /proc/PID/maps takes
 /// the target's lock).
 const MAPPINGS_EVERY: Duration = Duration::from_secs(1);
+/// How often the mapping lists and unwinders of processes that exited are let go (those whose
+/// stacks the collected data refers to are kept, to be symbolized at the end).
+const FORGET_DEAD_EVERY: Duration = Duration::from_secs(10);
 
 /// What was learned about the targets while the programs ran.
 #[derive(Default)]
@@ -52,6 +55,10 @@ pub struct Watch {
     /// Copies waiting for the events that use them.
     pub pending_copies: PendingCopies,
     unwinder: StackUnwinder,
+    /// Processes with a mapping list that were gone at the last `forget_dead_processes`.
+    dead_at_last_look: HashSet<u32>,
+    /// Mapping lists let go so far, for -v.
+    pub mapping_lists_forgotten: usize,
     /// Per target: (faults at the first look, faults at the last look), from /proc.
     faults: HashMap<u32, (u64, u64)>,
 }
@@ -84,7 +91,7 @@ impl Watch {
             ],
             objects,
             unwinders,
-            self.mappings.len(),
+            (self.mappings.len(), self.mapping_lists_forgotten),
             (copies, copy_bytes),
         )
     }
@@ -264,12 +271,17 @@ pub async fn watch_until_done(
     };
     let wakeup = sink.wakeup().unwrap_or_default();
     let mut last_mappings: Option<Instant> = None;
+    let mut last_forget = start;
     loop {
         let now = Instant::now();
         let refresh = last_mappings.is_none_or(|t| now.duration_since(t) >= MAPPINGS_EVERY);
         if refresh {
             watch.look_at_processes(targets, probes);
             last_mappings = Some(now);
+        }
+        if now.duration_since(last_forget) >= FORGET_DEAD_EVERY {
+            watch.forget_dead_processes(probes);
+            last_forget = now;
         }
         // System-wide, counting threads means a directory read per process: once a refresh.
         if refresh || !targets.is_system_wide() {
@@ -345,6 +357,40 @@ impl Watch {
             }
         }
         self.pids = pids;
+    }
+
+    /// Lets go of the mapping lists and unwinders of processes that were already gone at the
+    /// last call (a copied stack of theirs has had time to arrive) and that no collected stack
+    /// belongs to, so that memory follows what was collected rather than every process that
+    /// ever ran (`-a` during a build sees thousands).
+    fn forget_dead_processes(&mut self, probes: &Probes) {
+        let dead: HashSet<u32> = self
+            .mappings
+            .keys()
+            .copied()
+            .filter(|&pid| !procfs::is_alive(pid))
+            .collect();
+        let long_dead: Vec<u32> = dead
+            .intersection(&self.dead_at_last_look)
+            .copied()
+            .collect();
+        self.dead_at_last_look = dead;
+        if long_dead.is_empty() {
+            return;
+        }
+        let owners = match probes.user_stack_owners() {
+            Ok(owners) => owners,
+            Err(err) => {
+                log::debug!("reading whose stacks were collected: {err:#}");
+                return;
+            }
+        };
+        for pid in long_dead.into_iter().filter(|pid| !owners.contains(pid)) {
+            self.mappings.remove(&pid);
+            self.unwinder.forget(pid);
+            self.dead_at_last_look.remove(&pid);
+            self.mapping_lists_forgotten += 1;
+        }
     }
 
     /// Lists the targets' threads (reading the start time of the new ones) and recomputes the
@@ -495,15 +541,15 @@ fn memory_summary(
     kib: [u64; 4],
     objects: usize,
     unwinders: usize,
-    mapping_lists: usize,
+    (mapping_lists, forgotten): (usize, usize),
     (copies, copy_bytes): (usize, usize),
 ) -> String {
     let mib = |k: u64| k as f64 / 1024.0;
     format!(
         "memory: peak RSS {:.1} MiB, now {:.1} MiB ({:.1} anonymous, {:.1} mapped files: the \
          objects read for unwinding and symbols); held: unwind info of {objects} objects, \
-         unwinders of {unwinders} processes, mapping lists of {mapping_lists} processes, \
-         {copies} user stack copies not unwound yet ({:.1} MiB)",
+         unwinders of {unwinders} processes, mapping lists of {mapping_lists} processes \
+         ({forgotten} more let go: exited, no stack collected), {copies} user stack copies not unwound yet ({:.1} MiB)",
         mib(kib[0]),
         mib(kib[1]),
         mib(kib[2]),
@@ -518,14 +564,20 @@ mod tests {
 
     #[test]
     fn the_memory_line_names_what_holds_it() {
-        let line = memory_summary([204_800, 102_400, 81_920, 20_480], 12, 30, 31, (5, 327_680));
+        let line = memory_summary(
+            [204_800, 102_400, 81_920, 20_480],
+            12,
+            30,
+            (31, 400),
+            (5, 327_680),
+        );
         assert!(
             line.starts_with(
                 "memory: peak RSS 200.0 MiB, now 100.0 MiB (80.0 anonymous, 20.0 mapped files"
             ),
             "{line}"
         );
-        assert!(line.contains("unwind info of 12 objects, unwinders of 30 processes, mapping lists of 31 processes"), "{line}");
+        assert!(line.contains("unwind info of 12 objects, unwinders of 30 processes, mapping lists of 31 processes (400 more let go"), "{line}");
         assert!(
             line.ends_with("5 user stack copies not unwound yet (0.3 MiB)"),
             "{line}"

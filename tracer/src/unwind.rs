@@ -31,20 +31,30 @@ struct ObjectInfo {
     segments: Segments,
 }
 
+/// Processes whose unwinders are kept. Under `-a` during a build thousands of processes come
+/// and go, each with a framehop cache of tens of KiB; an evicted one is rebuilt from the shared
+/// object info if its process copies a stack again.
+const MAX_UNWINDERS: usize = 64;
+
 /// One process's modules as added to its framehop unwinder.
 struct ProcessUnwinder {
     unwinder: UnwinderX86_64<Bytes>,
     cache: CacheX86_64,
     /// Start addresses of the mappings already added (or found unusable).
     seen: HashSet<u64>,
+    /// When it last unwound (`StackUnwinder::clock`), to evict the least recently used.
+    last_use: u64,
 }
 
-/// Unwinds copied stacks, keeping per-object unwind info and per-process module lists.
+/// Unwinds copied stacks, keeping per-object unwind info and per-process module lists, both
+/// bounded: the unwinders of the `MAX_UNWINDERS` processes that unwound last, and the objects
+/// those use.
 #[derive(Default)]
 pub struct StackUnwinder {
     /// (device, inode) -> unwind info; None for a file that is not a usable ELF object.
     objects: HashMap<(u64, u64), Option<Arc<ObjectInfo>>>,
     processes: HashMap<u32, ProcessUnwinder>,
+    clock: u64,
     stats: WalkStats,
 }
 
@@ -56,8 +66,10 @@ impl StackUnwinder {
         copy: &StackCopy,
         mappings: &MappingHistory,
     ) -> UnwoundStack {
+        self.clock += 1;
         self.add_new_modules(pid, mappings);
         let process = self.processes.get_mut(&pid).expect("added above");
+        process.last_use = self.clock;
         unwind_copy(&process.unwinder, &mut process.cache, copy, &mut self.stats)
     }
 
@@ -70,7 +82,17 @@ impl StackUnwinder {
         (self.objects.len(), self.processes.len())
     }
 
+    /// Drops what is kept for `pid` (a process that exited).
+    pub fn forget(&mut self, pid: u32) {
+        if self.processes.remove(&pid).is_some() {
+            self.forget_unused_objects();
+        }
+    }
+
     fn add_new_modules(&mut self, pid: u32, mappings: &MappingHistory) {
+        if !self.processes.contains_key(&pid) && self.processes.len() >= MAX_UNWINDERS {
+            self.evict_least_recent();
+        }
         let process = self
             .processes
             .entry(pid)
@@ -78,6 +100,7 @@ impl StackUnwinder {
                 unwinder: UnwinderX86_64::new(),
                 cache: CacheX86_64::new(),
                 seen: HashSet::new(),
+                last_use: 0,
             });
         for mapping in mappings.iter() {
             if !process.seen.insert(mapping.start) {
@@ -90,6 +113,32 @@ impl StackUnwinder {
                 process.unwinder.add_module(module);
             }
         }
+    }
+}
+
+impl StackUnwinder {
+    fn evict_least_recent(&mut self) {
+        let oldest = self.processes.iter().min_by_key(|(_, p)| p.last_use);
+        if let Some(&pid) = oldest.map(|(pid, _)| pid) {
+            self.forget(pid);
+        }
+    }
+
+    /// Drops the unwind info no kept unwinder uses (its modules share the section data).
+    fn forget_unused_objects(&mut self) {
+        self.objects
+            .retain(|_, info| info.as_ref().is_none_or(|info| info.in_use()));
+    }
+}
+
+impl ObjectInfo {
+    /// Whether a process's unwinder holds this object's sections besides the cache.
+    fn in_use(&self) -> bool {
+        let s = &self.sections;
+        [&s.text, &s.eh_frame, &s.eh_frame_hdr, &s.debug_frame]
+            .into_iter()
+            .flatten()
+            .any(|bytes| Arc::strong_count(bytes) > 1)
     }
 }
 
@@ -241,4 +290,56 @@ fn module_for(mapping: &Mapping, info: &ObjectInfo) -> Option<Module<Bytes>> {
         // Clones share the section data (Arc); framehop takes the info by value.
         info.sections.clone(),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tracer_common::UserStackCopyHeader;
+
+    fn copy_of(pid: u32, ip: u64) -> StackCopy {
+        StackCopy {
+            header: UserStackCopyHeader {
+                pid,
+                ip,
+                ..UserStackCopyHeader::default()
+            },
+            bytes: vec![0; 8],
+        }
+    }
+
+    #[test]
+    fn unwinders_are_bounded_and_objects_go_with_the_last_process_using_them() {
+        let me = std::process::id();
+        let mut mine = MappingHistory::default();
+        mine.refresh(me);
+        let ip = copy_of_this_function_ip();
+        assert!(mine.find(ip).is_some(), "this test's code is in a mapping");
+        let mut unwinder = StackUnwinder::default();
+        unwinder.unwind(me, &copy_of(me, ip), &mine);
+        let (objects, processes) = unwinder.held();
+        assert!(objects > 0, "the test binary's unwind info is read");
+        assert_eq!(processes, 1);
+
+        // Processes with no mappings (their maps unreadable) push this one out.
+        let none = MappingHistory::default();
+        for pid in 1..=MAX_UNWINDERS as u32 {
+            unwinder.unwind(u32::MAX - pid, &copy_of(u32::MAX - pid, 0), &none);
+            assert!(unwinder.held().1 <= MAX_UNWINDERS);
+        }
+        assert_eq!(unwinder.held().1, MAX_UNWINDERS);
+        let still_known = unwinder.objects.values().filter(|o| o.is_some()).count();
+        assert_eq!(still_known, 0, "no kept unwinder uses the evicted one's objects");
+
+        // It comes back whole when its process copies a stack again.
+        unwinder.unwind(me, &copy_of(me, ip), &mine);
+        assert!(unwinder.processes.contains_key(&me));
+        assert!(unwinder.held().0 > 0);
+        unwinder.forget(me);
+        assert!(!unwinder.processes.contains_key(&me));
+    }
+
+    fn copy_of_this_function_ip() -> u64 {
+        copy_of_this_function_ip as *const () as u64
+    }
 }

@@ -23,16 +23,18 @@ use aya::{
     Ebpf, EbpfLoader, Pod,
 };
 use tracer_common::{
-    holder_slot, lean_agg_index, totals_index, AggKey, AggValue, Config, Counter, FastTargets,
-    HolderRecord, LockState, ModeTotals, StateKey, SyscallTotals, COUNTER_SLOTS,
-    EXITED_LIFETIME_NS, EXITED_THREADS, FAST_TARGETS, KIND_HOLD, KIND_WAIT, MODE_READ, MODE_WRITE,
-    NO_STACK, PER_THREAD_ALWAYS, PER_THREAD_WHILE_ROOM, TOTALS_SLOTS,
+    holder_slot, lean_agg_index, totals_index, AggKey, AggValue, BlockKey, BlockValue, Config,
+    Counter, FastTargets, HolderRecord, LockState, ModeTotals, StateKey, SyscallTotals,
+    COUNTER_SLOTS, EXITED_LIFETIME_NS, EXITED_THREADS, FAST_TARGETS, KIND_HOLD, KIND_WAIT,
+    MODE_READ, MODE_WRITE, NO_STACK, PER_THREAD_ALWAYS, PER_THREAD_WHILE_ROOM, TOTALS_SLOTS,
 };
 
 use self::timeline::TimelineReader;
 use self::user_stacks::UserStackReader;
 use crate::model::unwound::StackRecord;
-use crate::model::{Features, Harvest, InFlight, RawEntry, StackRef};
+use crate::model::{
+    holder_stack_owner, user_stack_owner, Features, Harvest, InFlight, RawEntry, StackRef,
+};
 use crate::system::{
     btf::KernelOffsets,
     tracefs::{Needed, Tracefs},
@@ -490,6 +492,27 @@ impl Probes {
         pids.sort_unstable();
         pids.dedup();
         Ok(pids)
+    }
+
+    /// The processes whose user stacks the collected data refers to (its entries, its blocking
+    /// records, the timeline drained so far): the mapping lists to keep for symbolizing them.
+    pub fn user_stack_owners(&self) -> Result<HashSet<u32>> {
+        let entries: Vec<(AggKey, AggValue)> = read_shared(&self.ebpf, "AGG")?;
+        let blocked: Vec<(BlockKey, BlockValue)> = read_shared(&self.ebpf, "BLOCKED")?;
+        let timeline = self.timeline.iter().flat_map(TimelineReader::keys);
+        let owners = entries
+            .iter()
+            .map(|(key, _)| key)
+            .chain(timeline)
+            .filter(|key| key.user_stack >= 0)
+            .map(user_stack_owner)
+            .chain(
+                blocked
+                    .iter()
+                    .filter(|(key, _)| key.holder.user_stack >= 0)
+                    .map(|(key, _)| holder_stack_owner(key)),
+            );
+        Ok(owners.collect())
     }
 
     /// Moves the timeline events the kernel has written so far into memory (call it often:

@@ -5,7 +5,7 @@ use aya::{
     maps::{MapData, RingBuf},
     Ebpf,
 };
-use tracer_common::TimelineEvent;
+use tracer_common::{AggKey, TimelineEvent};
 
 /// Ring buffer size when a timeline is asked for: about 87,000 events of 48 bytes (with the
 /// ring's header), several seconds of a badly convoying process between two drains.
@@ -44,6 +44,11 @@ impl TimelineReader {
                 None => log::warn!("timeline record of {} bytes ignored", item.len()),
             }
         }
+    }
+
+    /// The keys of the events drained so far.
+    pub fn keys(&self) -> impl Iterator<Item = &AggKey> {
+        self.events.iter().map(|e| &e.key)
     }
 
     /// The events, oldest first, and how many were dropped in user space.
