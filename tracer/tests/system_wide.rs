@@ -205,3 +205,63 @@ fn pin_to_cpu(pid: u32, cpu: usize) {
     };
     assert_eq!(done, 0, "sched_setaffinity({pid})");
 }
+
+/// Under `-a`, processes that come and go must not grow the tracer without bound: the
+/// unwinders are capped, and the mapping lists of exited processes whose stacks nothing
+/// collected refers to (here: past a tiny aggregation map) are let go during the trace.
+#[test]
+fn exited_processes_without_collected_stacks_are_let_go() {
+    if !bpf_available("exited_processes_without_collected_stacks_are_let_go") {
+        return;
+    }
+    let _serial = serial();
+    let mut tracer = Tracer::spawn(&[
+        "-a".into(),
+        "-d".into(),
+        "22".into(),
+        "--no-live".into(),
+        "--max-entries".into(),
+        "64".into(),
+        "-v".into(),
+        "-o".into(),
+        "/dev/null".into(),
+    ]);
+    tracer.wait_attached();
+    // Alive long enough for the tracer's once-a-second look to list them, gone well before
+    // the two looks at dead processes (every 10 s) that let them go.
+    const SPAWNED: usize = 100;
+    let sleepers: Vec<_> = (0..SPAWNED)
+        .map(|_| {
+            std::process::Command::new("sleep")
+                .arg("1.5")
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut sleeper in sleepers {
+        assert!(sleeper.wait().unwrap().success());
+    }
+    let result = tracer.finish();
+    assert!(result.status.success(), "{}", result.stderr);
+    let line = result
+        .stderr
+        .lines()
+        .find(|l| l.contains("memory: peak RSS"))
+        .unwrap_or_else(|| panic!("no memory line under -v:\n{}", result.stderr));
+    let number_before = |marker: &str| -> usize {
+        let head = &line[..line.find(marker).unwrap_or_else(|| panic!("{marker}: {line}"))];
+        head.rsplit(|c: char| !c.is_ascii_digit())
+            .find(|w| !w.is_empty())
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let unwinders = number_before(" processes, mapping lists");
+    let let_go = number_before(" more let go");
+    assert!(unwinders <= 64, "unwinders beyond their cap: {line}");
+    assert!(
+        let_go >= SPAWNED / 2,
+        "{SPAWNED} processes exited, at most 64 with entries, yet only {let_go} mapping lists \
+         were let go: {line}"
+    );
+}
