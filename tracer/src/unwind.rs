@@ -329,7 +329,10 @@ mod tests {
         }
         assert_eq!(unwinder.held().1, MAX_UNWINDERS);
         let still_known = unwinder.objects.values().filter(|o| o.is_some()).count();
-        assert_eq!(still_known, 0, "no kept unwinder uses the evicted one's objects");
+        assert_eq!(
+            still_known, 0,
+            "no kept unwinder uses the evicted one's objects"
+        );
 
         // It comes back whole when its process copies a stack again.
         unwinder.unwind(me, &copy_of(me, ip), &mine);

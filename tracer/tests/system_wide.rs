@@ -249,7 +249,9 @@ fn exited_processes_without_collected_stacks_are_let_go() {
         .find(|l| l.contains("memory: peak RSS"))
         .unwrap_or_else(|| panic!("no memory line under -v:\n{}", result.stderr));
     let number_before = |marker: &str| -> usize {
-        let head = &line[..line.find(marker).unwrap_or_else(|| panic!("{marker}: {line}"))];
+        let head = &line[..line
+            .find(marker)
+            .unwrap_or_else(|| panic!("{marker}: {line}"))];
         head.rsplit(|c: char| !c.is_ascii_digit())
             .find(|w| !w.is_empty())
             .unwrap()

@@ -157,3 +157,52 @@ fn dwarf_unwinding_names_the_chain_that_frame_pointers_miss() {
         "frame pointers walked through code built without them?"
     );
 }
+
+/// Unwinding reads each mapped object's CFI. Opening it through /proc/PID/map_files takes the
+/// target's mmap_lock (a lookup per object, each queued behind the target's writers), so the
+/// objects are opened by path, checked to be the file mapped: the tracer's own locks of the
+/// target's mm stay at about one maps read per second, whatever the number of objects.
+#[test]
+fn unwinding_opens_objects_without_taking_the_targets_lock() {
+    if !bpf_available("unwinding_opens_objects_without_taking_the_targets_lock") {
+        return;
+    }
+    let _serial = common::serial();
+    let workload = common::Workload::spawn(&["churn", "--threads", "4", "--seconds", "6"]);
+    workload.start();
+    let traced_s = 3;
+    let mut tracer = Tracer::spawn(&[
+        "-p".into(),
+        workload.pid.to_string(),
+        "-d".into(),
+        traced_s.to_string(),
+        "--user-stack".into(),
+        "dwarf".into(),
+        "--format".into(),
+        "json".into(),
+    ]);
+    tracer.wait_attached();
+    let tracer_pid = u64::from(tracer.pid());
+    let result = tracer.finish();
+    workload.finish();
+    assert!(result.status.success(), "{}", result.stderr);
+    let report = common::json(&result.stdout);
+    let unwound = report["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["user_stack"] == "dwarf")
+        .count();
+    assert!(unwound > 0, "nothing was unwound: {}", result.stderr);
+    let by_tracer: u64 = report["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "hold" && e["locker"]["pid"] == tracer_pid)
+        .map(|e| common::u(&e["count"]))
+        .sum();
+    assert!(
+        by_tracer <= traced_s + 2,
+        "the tracer locked its target's mm {by_tracer} times in {traced_s} s"
+    );
+}

@@ -207,12 +207,20 @@ fn parse_maps_line(line: &str) -> Option<Mapping> {
 pub const MAX_OBJECT_BYTES: u64 = 4 << 30;
 
 /// The file behind one executable mapping, opened as a hostile process's file must be: the
+/// path inside the process's root if it is still the (device, inode) that was mapped; else the
 /// mapping itself through /proc/PID/map_files while the process lives (the file mapped even if
-/// deleted, replaced or in another mount namespace), else the path inside the process's root,
-/// else the recorded path, accepting those two only if they are still the (device, inode) that
-/// was mapped. Never blocks (a FIFO at the path), never opens anything but a regular file of at
-/// most `MAX_OBJECT_BYTES`.
+/// deleted or replaced); else the recorded path, again only if it is still the file mapped.
+/// The root path comes first because a map_files lookup takes the target's mmap_lock: behind
+/// a queue of writers it waited for seconds, stalling the tracer on the very lock it watches.
+/// Never blocks on the file (a FIFO at the path), never opens anything but a regular file of
+/// at most `MAX_OBJECT_BYTES`.
 pub fn open_mapped_object(pid: u32, mapping: &Mapping) -> Result<File> {
+    let mut in_root = PathBuf::from(format!("/proc/{pid}/root"));
+    in_root.push(mapping.path.strip_prefix("/").unwrap_or(&mapping.path));
+    let same = |path: &Path| open_regular(path).and_then(|file| same_file(file, mapping));
+    if let Ok(file) = same(&in_root) {
+        return Ok(file);
+    }
     let map_file = format!(
         "/proc/{pid}/map_files/{:x}-{:x}",
         mapping.start, mapping.end
@@ -220,16 +228,7 @@ pub fn open_mapped_object(pid: u32, mapping: &Mapping) -> Result<File> {
     if let Ok(file) = open_regular(Path::new(&map_file)) {
         return Ok(file);
     }
-    let mut in_root = PathBuf::from(format!("/proc/{pid}/root"));
-    in_root.push(mapping.path.strip_prefix("/").unwrap_or(&mapping.path));
-    let mut refusal = None;
-    for candidate in [in_root.as_path(), mapping.path.as_path()] {
-        match open_regular(candidate).and_then(|file| same_file(file, mapping)) {
-            Ok(file) => return Ok(file),
-            Err(err) => refusal = Some(err),
-        }
-    }
-    Err(refusal.expect("two candidates tried"))
+    same(&mapping.path)
 }
 
 /// Opens `path` without side effects first (O_PATH: no FIFO wait, no device open), then for
