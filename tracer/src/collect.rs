@@ -16,6 +16,7 @@ use crate::model::unwound::{splice, PendingCopies, StackRecord, Unwound};
 use crate::model::{build_report, delta, Harvest, LiveSnapshot, Report, TraceMeta};
 use crate::probes::Probes;
 use crate::symbolize::StackSymbolizer;
+use crate::system::proc_looker::{ProcLooker, ProcessLook};
 use crate::system::procfs::{self, MappingHistory};
 use crate::unwind::StackUnwinder;
 
@@ -25,6 +26,11 @@ const TICK: Duration = Duration::from_millis(100);
 /// How often executable mappings and thread names are re-read (reading /proc/PID/maps takes
 /// the target's lock).
 const MAPPINGS_EVERY: Duration = Duration::from_secs(1);
+/// How long unwinding waits for a process's maps when a copied stack lies outside the known
+/// mappings (a library loaded since the last look); past it, it unwinds with what it has.
+const UNWIND_LOOK_WAIT: Duration = Duration::from_millis(50);
+/// How long the end of the trace waits for the maps of the processes whose stacks it shows.
+const FINAL_LOOK_WAIT: Duration = Duration::from_secs(2);
 /// How often the mapping lists and unwinders of processes that exited are let go (those whose
 /// stacks the collected data refers to are kept, to be symbolized at the end).
 const FORGET_DEAD_EVERY: Duration = Duration::from_secs(10);
@@ -55,6 +61,8 @@ pub struct Watch {
     /// Copies waiting for the events that use them.
     pub pending_copies: PendingCopies,
     unwinder: StackUnwinder,
+    /// Reads /proc on its own thread, so that a stalled target does not stall the loop.
+    looker: ProcLooker,
     /// Processes with a mapping list that were gone at the last `forget_dead_processes`.
     dead_at_last_look: HashSet<u32>,
     /// Mapping lists let go so far, for -v.
@@ -130,6 +138,7 @@ impl Watch {
         fp_stack: impl Fn(i32) -> Option<Vec<u64>>,
     ) {
         let mut refreshed = HashSet::new();
+        let mut looks = Vec::new();
         for record in records {
             let event = match record {
                 StackRecord::Copy(copy) => {
@@ -138,14 +147,17 @@ impl Watch {
                 }
                 StackRecord::Event(event) => event,
             };
-            let (mappings, unwinder) = (&mut self.mappings, &mut self.unwinder);
+            let (mappings, unwinder, looker) =
+                (&mut self.mappings, &mut self.unwinder, &mut self.looker);
             let stack = self.pending_copies.resolve(&event, |copy| {
                 let pid = copy.header.pid;
-                let history = mappings.entry(pid).or_default();
-                if history.find(copy.header.ip).is_none() && refreshed.insert(pid) {
-                    history.refresh(pid);
+                let known = mappings.get(&pid).and_then(|h| h.find(copy.header.ip));
+                if known.is_none() && refreshed.insert(pid) {
+                    looker.ask(&[pid]);
+                    let arrived = looker.arrived_by(Instant::now() + UNWIND_LOOK_WAIT);
+                    looks.extend(take_mappings(mappings, arrived));
                 }
-                unwinder.unwind(pid, copy, history)
+                unwinder.unwind(pid, copy, mappings.entry(pid).or_default())
             });
             if let Some(mut stack) = stack {
                 if stack.truncated {
@@ -157,7 +169,54 @@ impl Watch {
         }
         let stats = &self.pending_copies.stats;
         self.unwound.note_without_copy(stats.events_without_copy);
+        self.merge_looks(looks);
     }
+
+    /// Takes in the looks at processes that have arrived.
+    fn take_looks(&mut self) {
+        let looks = self.looker.arrived();
+        self.merge_looks(looks);
+    }
+
+    fn merge_looks(&mut self, looks: Vec<ProcessLook>) {
+        for look in take_mappings(&mut self.mappings, looks) {
+            self.thread_names.extend(look.thread_names);
+            if let Some(comm) = look.comm {
+                self.process_names.insert(look.pid, comm);
+            }
+        }
+    }
+
+    /// Re-reads the mappings of `pids` (the end of the trace: the libraries loaded since the
+    /// last look), waiting for them at most `FINAL_LOOK_WAIT`.
+    pub fn refresh_mappings(&mut self, pids: &[u32]) {
+        self.looker.ask(pids);
+        let looks = self.looker.arrived_by(Instant::now() + FINAL_LOOK_WAIT);
+        self.merge_looks(looks);
+        if self.looker.busy() {
+            log::warn!(
+                "reading the maps of a traced process took over {} s: its stacks are \
+                 symbolized with the mappings seen before",
+                FINAL_LOOK_WAIT.as_secs()
+            );
+        }
+    }
+}
+
+/// Adds the mappings the looks found to `mappings`; returns the looks without them.
+fn take_mappings(
+    mappings: &mut HashMap<u32, MappingHistory>,
+    looks: Vec<ProcessLook>,
+) -> Vec<ProcessLook> {
+    looks
+        .into_iter()
+        .map(|mut look| {
+            if let Some(found) = look.mappings.take() {
+                mappings.entry(look.pid).or_default().add_all(found);
+            }
+            look
+        })
+        .collect()
 }
 
 /// Whether the loop goes on.
@@ -288,6 +347,7 @@ pub async fn watch_until_done(
             watch.count_threads(probes);
             watch.sample_faults();
         }
+        watch.take_looks();
         watch.elapsed = start.elapsed();
         probes.drain_timeline();
         let copies = probes.drain_user_stacks();
@@ -346,16 +406,12 @@ impl Watch {
                 }
             },
         };
-        for &pid in &pids {
-            if only_new && self.process_names.contains_key(&pid) {
-                continue;
-            }
-            self.mappings.entry(pid).or_default().refresh(pid);
-            self.thread_names.extend(procfs::thread_names(pid));
-            if let Some(comm) = procfs::comm(pid) {
-                self.process_names.insert(pid, comm);
-            }
-        }
+        let wanted: Vec<u32> = pids
+            .iter()
+            .copied()
+            .filter(|pid| !(only_new && self.process_names.contains_key(pid)))
+            .collect();
+        self.looker.ask(&wanted);
         self.pids = pids;
     }
 

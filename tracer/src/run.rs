@@ -354,10 +354,9 @@ fn finish(
         };
     }
     let phase = Instant::now();
-    if targets.is_system_wide() {
-        // Processes are read once when first seen: catch the libraries loaded since.
-        refresh_stack_owners(&harvest, &mut watch);
-    }
+    // Catch the libraries loaded since the last look (system-wide, processes are read once
+    // when first seen), and the looks still under way.
+    refresh_stack_owners(&harvest, &mut watch);
     symbolizer.forget_unresolved();
     symbolizer.add(&harvest, &watch.mappings);
     let symbols = symbolizer.into_symbols();
@@ -446,7 +445,8 @@ fn names_now(
     names
 }
 
-/// Re-reads the mappings of every live process whose user stacks the harvest holds.
+/// Re-reads the mappings of every process whose user stacks the harvest holds (those that
+/// exited keep the mappings seen while they ran).
 fn refresh_stack_owners(harvest: &Harvest, watch: &mut Watch) {
     let owners: std::collections::HashSet<u32> = harvest
         .stack_refs()
@@ -456,9 +456,8 @@ fn refresh_stack_owners(harvest: &Harvest, watch: &mut Watch) {
             crate::model::StackRef::Kernel(_) => None,
         })
         .collect();
-    for pid in owners {
-        watch.mappings.entry(pid).or_default().refresh(pid);
-    }
+    let owners: Vec<u32> = owners.into_iter().collect();
+    watch.refresh_mappings(&owners);
 }
 
 fn init_logging(verbose: u8) {

@@ -364,15 +364,21 @@ fn attaching_to_a_busy_target_leaves_only_a_few_unpaired_events() {
 }
 
 /// The tracer reads the target's /proc files while it traces (executable mappings, thread
-/// names), and some of those reads take the target's mmap_lock: they are in the report as an
-/// outside locker named after the tracer, so that its own effect on the target shows.
+/// names, the mapped objects), and some of those reads take the target's mmap_lock: they are in
+/// the report as an outside locker named after the tracer, so that its own effect on the target
+/// shows. Here the target's binary was deleted after it started (a package upgrade), so the
+/// tracer opens it through /proc/PID/map_files, whose lookup takes the lock.
 #[test]
 fn the_tracers_own_reads_of_the_target_are_an_outside_locker() {
     if !bpf_available("the_tracers_own_reads_of_the_target_are_an_outside_locker") {
         return;
     }
     let _serial = serial();
-    let workload = Workload::spawn(&["churn", "--threads", "2", "--seconds", "4"]);
+    let dir = tempfile::tempdir().unwrap();
+    let binary = dir.path().join("mmapsem-workload");
+    std::fs::copy(common::workload_path(), &binary).unwrap();
+    let workload = Workload::spawn_from(&binary, &["churn", "--threads", "2", "--seconds", "4"]);
+    std::fs::remove_file(&binary).unwrap();
     let mut tracer = Tracer::spawn(&[
         "-p".into(),
         workload.pid.to_string(),

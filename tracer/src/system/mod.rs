@@ -4,5 +4,6 @@
 pub mod btf;
 pub mod priority;
 pub mod privilege;
+pub mod proc_looker;
 pub mod procfs;
 pub mod tracefs;

@@ -276,6 +276,12 @@ fn same_file(file: File, mapping: &Mapping) -> Result<File> {
     Ok(file)
 }
 
+/// The executable file mappings of `pid` now, if its maps could be read.
+pub fn exec_mappings(pid: u32) -> Option<Vec<Mapping>> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    Some(parse_exec_mappings(&text))
+}
+
 /// Every executable mapping seen during the trace, so that user addresses can be symbolized
 /// after the process (or a library it unloaded) is gone.
 #[derive(Clone, Debug, Default)]
@@ -285,8 +291,8 @@ pub struct MappingHistory {
 
 impl MappingHistory {
     pub fn refresh(&mut self, pid: u32) {
-        if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) {
-            self.add_all(parse_exec_mappings(&text));
+        if let Some(mappings) = exec_mappings(pid) {
+            self.add_all(mappings);
         }
     }
 

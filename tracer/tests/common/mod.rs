@@ -109,7 +109,12 @@ pub struct Workload {
 
 impl Workload {
     pub fn spawn(args: &[&str]) -> Self {
-        let mut child = Command::new(workload_path())
+        Self::spawn_from(&workload_path(), args)
+    }
+
+    /// Runs the workload from a copy of its binary at `binary` (one the test then deletes, say).
+    pub fn spawn_from(binary: &std::path::Path, args: &[&str]) -> Self {
+        let mut child = Command::new(binary)
             .arg("--wait-signal")
             .args(args)
             .stdout(Stdio::piped())
