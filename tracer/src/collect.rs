@@ -63,6 +63,11 @@ pub struct Watch {
     unwinder: StackUnwinder,
     /// Reads /proc on its own thread, so that a stalled target does not stall the loop.
     looker: ProcLooker,
+    /// The targets as listed (-p, the launched command), without the processes they forked.
+    listed: Vec<u32>,
+    /// Threads that ran during the trace, as of the last count: those alive then and those
+    /// that exited.
+    pub threads_seen: usize,
     /// Processes with a mapping list that were gone at the last `forget_dead_processes`.
     dead_at_last_look: HashSet<u32>,
     /// Mapping lists let go so far, for -v.
@@ -108,9 +113,17 @@ impl Watch {
 impl Watch {
     /// Notes the targets' page fault counts now (the kernel does not count them: a program on
     /// every fault cost more than all the lock programs together).
-    fn sample_faults(&mut self) {
-        for &pid in &self.pids {
-            if let Some(now) = procfs::faults_taken(pid) {
+    /// A traced command's tree is counted at its root, with the children it reaped: each
+    /// child's own count would miss the short-lived ones (a compiler living 30 ms between two
+    /// looks) and count the others twice once reaped.
+    pub fn sample_faults(&mut self, follows_forks: bool) {
+        let pids = if follows_forks {
+            &self.listed
+        } else {
+            &self.pids
+        };
+        for &pid in pids {
+            if let Some(now) = procfs::faults_taken(pid, follows_forks) {
                 self.faults.entry(pid).or_insert((now, now)).1 = now;
             }
         }
@@ -313,8 +326,11 @@ fn deadline_after(start: Instant, secs: f64) -> Option<Instant> {
 /// the timeline. A sink that fails (stdout closed under `-i 1 | head`, a failed refresh) ends
 /// the trace like a stop, with the error beside what was collected: the final outputs are
 /// still written.
+/// `fault_baseline`: a launched command's fault count before it was let go, so that the
+/// faults of its start count (the first look comes a tick later).
 pub async fn watch_until_done(
     targets: &Targets,
+    fault_baseline: Option<(u32, u64)>,
     duration: Option<f64>,
     probes: &mut Probes,
     sink: &mut dyn Sink,
@@ -326,6 +342,10 @@ pub async fn watch_until_done(
     let mut tick = tokio::time::interval(TICK);
     let mut watch = Watch {
         started: Some(start),
+        faults: fault_baseline
+            .map(|(pid, faults)| (pid, (faults, faults)))
+            .into_iter()
+            .collect(),
         ..Watch::default()
     };
     let wakeup = sink.wakeup().unwrap_or_default();
@@ -345,7 +365,7 @@ pub async fn watch_until_done(
         // System-wide, counting threads means a directory read per process: once a refresh.
         if refresh || !targets.is_system_wide() {
             watch.count_threads(probes);
-            watch.sample_faults();
+            watch.sample_faults(probes.follows_forks);
         }
         watch.take_looks();
         watch.elapsed = start.elapsed();
@@ -393,6 +413,7 @@ impl Watch {
     fn look_at_processes(&mut self, targets: &Targets, probes: &Probes) {
         let (pids, only_new) = match targets {
             Targets::Pids(pids) => {
+                self.listed.clone_from(pids);
                 let mut pids = pids.clone();
                 // A traced command's processes, as the programs follow its forks.
                 pids.extend(probes.inherited_pids().unwrap_or_default());
@@ -476,13 +497,13 @@ impl Watch {
         self.threads_now = living.len();
         self.max_threads = self.max_threads.max(living.len());
         self.thread_starts = living;
-        let exited_ns = probes.exited_threads().map_or_else(
-            |err| {
-                log::debug!("reading the exited threads' lifetimes: {err:#}");
-                0
-            },
-            |(ns, _)| ns,
-        );
+        let (exited_ns, exited) = probes.exited_threads().unwrap_or_else(|err| {
+            log::debug!("reading the exited threads' lifetimes: {err:#}");
+            (0, 0)
+        });
+        // Those alive now and those that exited are every thread that ran (counted again at
+        // each call, not kept at its maximum: a thread in the middle of its exit is in both).
+        self.threads_seen = self.thread_starts.len() + exited as usize;
         self.thread_time_ns = thread_time_ns(
             exited_ns,
             self.thread_starts.values().copied(),
@@ -576,7 +597,7 @@ impl Windows {
             system_wide: self.targets.is_system_wide(),
             process_names: watch.process_names.clone(),
             comm: self.comm.clone(),
-            max_threads: watch.threads_now,
+            threads: watch.threads_now,
             duration_ns: now.elapsed.saturating_sub(from.elapsed).as_nanos() as u64,
             thread_time_ns: now.thread_time_ns.saturating_sub(from.thread_time_ns),
             exited: watch.exited,

@@ -146,6 +146,10 @@ pub fn run(mut cli: Cli) -> Result<i32> {
                 .join(",")
         )
     };
+    // Its faults from here on are the trace's: those of the exec and the command's start.
+    let fault_baseline = launched.as_ref().and_then(|l| {
+        crate::system::procfs::faults_taken(l.pid, inherit).map(|faults| (l.pid, faults))
+    });
     // Released before saying it is traced: a command that cannot run gets one error line.
     if let Some(launched) = launched.as_mut() {
         launched.release()?;
@@ -163,6 +167,7 @@ pub fn run(mut cli: Cli) -> Result<i32> {
     let mut watch_with = |sink: &mut dyn crate::collect::Sink, probes: &mut Probes| {
         runtime.block_on(watch_until_done(
             &targets,
+            fault_baseline,
             cli.duration,
             probes,
             sink,
@@ -325,6 +330,8 @@ fn finish(
     // Disarmed first, so that no copy arrives after the last drain.
     probes.set_armed(false)?;
     watch.count_threads(&probes);
+    // A launched command that exited is still a zombie here, its counts whole.
+    watch.sample_faults(probes.follows_forks);
     let records = probes.drain_user_stacks();
     watch.unwind(records, |id| probes.stack(id));
     log_copy_use(&watch.pending_copies.stats, watch.unwound.events());
@@ -384,7 +391,9 @@ fn finish(
         system_wide: targets.is_system_wide(),
         process_names,
         comm,
-        max_threads: watch.max_threads,
+        // Every thread that ran during the trace: a tree of short-lived processes is rarely
+        // alive at one of the looks.
+        threads: watch.max_threads.max(watch.threads_seen),
         duration_ns: watch.elapsed.as_nanos() as u64,
         thread_time_ns: watch.thread_time_ns,
         exited: watch.exited,

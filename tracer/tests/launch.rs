@@ -191,6 +191,54 @@ fn a_command_is_traced_with_the_processes_it_starts() {
     );
 }
 
+/// The faults and threads of a traced tree are the whole tree's: most of its processes live
+/// between two of the tracer's looks, so they are counted at the root, with the children it
+/// reaped, and checked against perf's count of the same command.
+#[test]
+fn a_commands_tree_counts_every_processs_faults_and_threads() {
+    if !bpf_available("a_commands_tree_counts_every_processs_faults_and_threads") {
+        return;
+    }
+    let _serial = common::serial();
+    const PROCESSES: usize = 30;
+    let script = format!("for i in $(seq {PROCESSES}); do /bin/true & done; wait");
+    let (out, report) = trace_command(&["sh", "-c", &script]);
+    assert!(out.status.success(), "{out:?}");
+    let threads = report["target"]["threads"].as_u64().unwrap();
+    assert!(
+        threads > PROCESSES as u64,
+        "{threads} threads for a shell and its {PROCESSES} children"
+    );
+    let traced = report["faults"]["total"].as_u64().unwrap();
+    let counted = perf_counted_faults(&["sh", "-c", &script]);
+    let off = traced.abs_diff(counted) as f64 / counted as f64;
+    assert!(
+        off < 0.15,
+        "the tracer saw {traced} page faults of the tree, perf {counted}"
+    );
+}
+
+/// Minor and major faults of `command` and its children, as `perf stat` counts them.
+fn perf_counted_faults(command: &[&str]) -> u64 {
+    let output = Command::new("perf")
+        .args(["stat", "-x,", "-e", "minor-faults,major-faults", "--"])
+        .args(command)
+        .output()
+        .expect("running perf (Debian's linux-perf)");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "perf stat failed: {stderr}");
+    stderr
+        .lines()
+        .filter(|l| l.contains("-faults"))
+        .map(|l| {
+            l.split(',')
+                .next()
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or_else(|| panic!("perf counted nothing: {l}"))
+        })
+        .sum()
+}
+
 /// `--user` runs the command as that user, as `sudo -u` would (whose own fork the tracer would
 /// not follow into the command).
 #[test]

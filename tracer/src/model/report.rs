@@ -80,7 +80,8 @@ pub struct TraceMeta {
     /// Every user process was traced (-a).
     pub system_wide: bool,
     pub comm: String,
-    pub max_threads: usize,
+    /// Threads that ran during the trace (the live view: alive now).
+    pub threads: usize,
     pub duration_ns: u64,
     /// Sum over time of the number of target threads alive: the denominator of wait_share.
     pub thread_time_ns: u64,
@@ -287,7 +288,7 @@ pub fn build_report(harvest: &Harvest, symbols: &Symbols, meta: &TraceMeta) -> R
             pids: meta.pids.clone(),
             system_wide: meta.system_wide,
             comm: meta.comm.clone(),
-            threads: meta.max_threads,
+            threads: meta.threads,
             exited: meta.exited,
         },
         duration_ns: meta.duration_ns,
@@ -825,7 +826,7 @@ pub(crate) mod tests {
         let meta = TraceMeta {
             pids: vec![42],
             comm: "app".into(),
-            max_threads: 4,
+            threads: 4,
             duration_ns: 1_000_000_000,
             thread_time_ns: 4_000_000_000,
             exited: false,

@@ -52,9 +52,10 @@ pub fn splits_by_process(r: &Report) -> bool {
 fn header(out: &mut String, r: &Report) {
     let _ = writeln!(
         out,
-        "mmapsem-trace: {}, {} threads, traced {}{}",
+        "mmapsem-trace: {}, {} thread{}, traced {}{}",
         traced(r),
         r.target.threads,
+        if r.target.threads == 1 { "" } else { "s" },
         human_ns(r.duration_ns),
         if r.target.exited {
             " (target exited)"

@@ -126,6 +126,8 @@ pub struct Probes {
     classic_links: ClassicLinks,
     /// AGG's max_entries (BLOCKED's too), which the final fold of pending operations keeps to.
     agg_capacity: usize,
+    /// Whether the programs follow the listed targets' forks (a traced command's tree).
+    pub follows_forks: bool,
 }
 
 /// The classic tracepoints' links, held apart from their programs so that they are closed
@@ -379,6 +381,7 @@ impl Probes {
             trace_start_ns: 0,
             classic_links,
             agg_capacity: settings.max_entries as usize,
+            follows_forks: settings.inherit,
         })
     }
 

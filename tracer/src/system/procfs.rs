@@ -56,19 +56,25 @@ pub fn is_alive(pid: u32) -> bool {
     }
 }
 
-/// Page faults the process has taken so far, minor and major, its exited threads included
-/// (fields 10 and 12 of /proc/PID/stat).
-pub fn faults_taken(pid: u32) -> Option<u64> {
+/// Minor + major faults (its exited threads included) of `pid`'s threads; with `children`, also those of the children it
+/// has waited for (the kernel adds an exited child's faults, its own children's included, to
+/// its parent's when the parent reaps it: a traced command's whole tree).
+pub fn faults_taken(pid: u32, children: bool) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat_faults(&stat)
+    stat_faults(&stat, children)
 }
 
-fn stat_faults(stat: &str) -> Option<u64> {
+fn stat_faults(stat: &str, children: bool) -> Option<u64> {
     let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    // Field 3 (state) is fields[0]: minflt (10) is fields[7], majflt (12) fields[9].
-    let minor: u64 = fields.get(7)?.parse().ok()?;
-    let major: u64 = fields.get(9)?.parse().ok()?;
-    Some(minor + major)
+    let field = |i: usize| -> Option<u64> { fields.get(i)?.parse().ok() };
+    // Field 3 (state) is fields[0]: minflt (10) is fields[7], cminflt (11) fields[8], majflt
+    // (12) fields[9], cmajflt (13) fields[10].
+    let own = field(7)? + field(9)?;
+    Some(if children {
+        own + field(8)? + field(10)?
+    } else {
+        own
+    })
 }
 
 /// The state letter of /proc/PID/stat: after the last ')' (comm may contain spaces and parens).
@@ -447,9 +453,14 @@ mod tests {
 
     #[test]
     fn stat_faults_adds_minor_and_major() {
-        let stat = "42 (a) b) c) S 1 42 42 0 -1 4194560 1234 7 5 0 9 3 0 0 20 0 3 0 100";
-        assert_eq!(stat_faults(stat), Some(1239));
-        assert_eq!(stat_faults("42 (a) S 1 2"), None);
+        let stat = "42 (a) b) c) S 1 42 42 0 -1 4194560 1234 7 5 2 9 3 0 0 20 0 3 0 100";
+        assert_eq!(stat_faults(stat, false), Some(1239));
+        assert_eq!(
+            stat_faults(stat, true),
+            Some(1239 + 7 + 2),
+            "with reaped children's"
+        );
+        assert_eq!(stat_faults("42 (a) S 1 2", false), None);
     }
 
     #[test]
