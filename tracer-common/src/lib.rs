@@ -648,6 +648,15 @@ pub struct BlockValue {
     pub wait_ns: u64,
 }
 
+impl BlockValue {
+    /// The value a new BLOCKED entry starts from, read from the object's constants: one made
+    /// on the stack compiled to a memset call, a frame more on the programs' call chains.
+    pub const ZERO: BlockValue = BlockValue {
+        count: 0,
+        wait_ns: 0,
+    };
+}
+
 /// A hold (its aggregation key) and a kernel stack its thread slept in.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]

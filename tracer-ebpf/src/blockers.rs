@@ -154,8 +154,13 @@ fn block_value(mut key: BlockKey) -> Option<*mut BlockValue> {
             return Some(value);
         }
     }
-    let zero = BlockValue::default();
-    let value = slot_of(&BLOCKED, &key, &zero, FULL_BLOCKED, Counter::BlockedMapFull)?;
+    let value = slot_of(
+        &BLOCKED,
+        &key,
+        &BlockValue::ZERO,
+        FULL_BLOCKED,
+        Counter::BlockedMapFull,
+    )?;
     count_key(KEYS_BLOCKED);
     Some(value)
 }

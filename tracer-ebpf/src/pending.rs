@@ -88,15 +88,19 @@ pub fn flush_thread(key: &tracer_common::StateKey) {
     }
 }
 
+/// Reads the pending wait in place: a copy of it compiled to a call to memcpy, one more
+/// frame on the chain start_locking -> flush_thread -> flush_wait, and 6.1's verifier
+/// (without the private stacks of 6.14) refuses a chain over 512 bytes, each frame counted
+/// as at least 32.
 #[inline(never)]
 fn flush_wait(st: &mut LockState) {
-    let p = st.pending_wait;
+    let (ns, contended_ns) = (st.pending_wait.ns, st.pending_wait.parts[0]);
     st.pending_wait.count = 0;
-    if let Some(value) = agg_value(&p.key) {
-        add_duration(value, p.ns);
-        atomic_add(unsafe { addr_of_mut!((*value).contended_ns) }, p.parts[0]);
+    if let Some(value) = agg_value(&st.pending_wait.key) {
+        add_duration(value, ns);
+        atomic_add(unsafe { addr_of_mut!((*value).contended_ns) }, contended_ns);
     }
-    blockers::charge(&p.key, &st.blockers, p.ns);
+    blockers::charge(&st.pending_wait.key, &st.blockers, ns);
     st.blockers.count = 0;
 }
 
