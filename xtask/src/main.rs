@@ -8,6 +8,7 @@ mod parse;
 mod paths;
 mod setup;
 mod soak;
+mod vm;
 mod workspace;
 
 use std::process::ExitCode;
@@ -88,6 +89,18 @@ enum Command {
         #[arg(long)]
         no_record: bool,
     },
+    /// Run CMD as root on a Debian distribution kernel booted under QEMU, this machine's root
+    /// file system as the guest's (read-only, under a throwaway overlay); exits with CMD's
+    /// status. The kernel and its initramfs are cached under target/vm.
+    Vm {
+        #[arg(long, value_enum)]
+        kernel: vm::Kernel,
+        /// Seconds after which the guest is killed.
+        #[arg(long, default_value_t = 3600)]
+        timeout: u64,
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
     /// Set up, build, then cargo test, cargo fmt --check and cargo clippy -D warnings.
     Test {
         /// Passed to the test harness (`-- --nocapture`); if they contain their own `--`,
@@ -147,5 +160,14 @@ fn run(command: Command) -> Result<()> {
             no_record,
         } => soak::run(minutes, !no_build, !no_record),
         Command::Test { args } => check::run(&args),
+        Command::Vm {
+            kernel,
+            timeout,
+            command,
+        } => {
+            let status = vm::run(kernel, &command, std::time::Duration::from_secs(timeout))?;
+            // The command's own status, as `ssh host CMD` passes it out.
+            std::process::exit(status)
+        }
     }
 }

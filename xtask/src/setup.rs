@@ -74,6 +74,16 @@ pub fn for_tests() -> Result<()> {
     setup.ensure_apt_package("tmux")
 }
 
+/// Installs what `cargo xtask vm` needs: QEMU, busybox for the guest's initramfs, and the
+/// decompressors of Debian's module files.
+pub fn for_vm() -> Result<()> {
+    let mut setup = packages_only();
+    for package in ["qemu-system-x86", "busybox-static", "xz-utils", "zstd"] {
+        setup.ensure_apt_package(package)?;
+    }
+    Ok(())
+}
+
 /// A setup that only installs Debian packages.
 fn packages_only() -> Setup {
     Setup {
