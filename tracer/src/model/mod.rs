@@ -164,6 +164,11 @@ pub struct Features {
     pub syscalls: bool,
     /// tp_btf/sched_switch: holders' off-CPU time.
     pub offcpu: bool,
+    /// filemap:mm_filemap_fault (Linux 6.4): file faults, and those taken under the lock.
+    pub filemap: bool,
+    /// The kernel tries a per-VMA lock first on a page fault (Linux 6.4); without, every
+    /// user page fault takes mmap_lock.
+    pub per_vma_locks: bool,
 }
 
 /// What the live view shows at one refresh: the last interval, and everything since the start

@@ -929,6 +929,8 @@ pub(crate) mod tests {
             faults: true,
             syscalls: true,
             offcpu: true,
+            filemap: true,
+            per_vma_locks: true,
             ..Features::default()
         };
         (harvest, symbols, meta)

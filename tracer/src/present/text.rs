@@ -167,10 +167,14 @@ fn faults(out: &mut String, r: &Report) {
         "\nPage faults: {} by the {who} (minor + major, in user mode and in the kernel, from /proc)",
         f.total
     );
+    let user_mode = if r.features.per_vma_locks {
+        "user-mode faults that fell back from the per-VMA lock"
+    } else {
+        "user-mode faults (this kernel has no per-VMA locks: every one takes mmap_lock)"
+    };
     let _ = writeln!(
         out,
-        "  user-mode faults that fell back from the per-VMA lock: took mmap_lock {} times (each \
-         retry counts), held it {} times",
+        "  {user_mode}: took mmap_lock {} times (each retry counts), held it {} times",
         f.took_mmap_lock, f.user_mode_holds
     );
     let _ = writeln!(
@@ -180,11 +184,18 @@ fn faults(out: &mut String, r: &Report) {
          `no stack (short)`)",
         f.kernel_mode_holds
     );
-    let _ = writeln!(
-        out,
-        "  filemap faults: {}, {} of them under mmap_lock",
-        f.filemap, f.filemap_under_mmap_lock
-    );
+    if r.features.filemap {
+        let _ = writeln!(
+            out,
+            "  filemap faults: {}, {} of them under mmap_lock",
+            f.filemap, f.filemap_under_mmap_lock
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "  filemap faults: not traced (the kernel lacks filemap:mm_filemap_fault, Linux 6.4)"
+        );
+    }
 }
 
 fn outside_wait(r: &Report) -> u64 {
@@ -640,6 +651,23 @@ mod tests {
             "--> off CPU while holding: runnable 12% (5.00 ms), asleep 50% (20.00 ms, 15.00 ms in D state)",
             "--> asleep while holding, mostly in:\n      === kernel (io_schedule)",
             "--> blocked others: 750.0 µs of waiting, 2 waits",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in:\n{text}");
+        }
+    }
+
+    /// Debian 12's 6.1: no per-VMA locks (every fault takes mmap_lock), no filemap event.
+    #[test]
+    fn fault_lines_on_a_kernel_without_per_vma_locks_or_filemap_faults() {
+        let (mut harvest, symbols, meta) = attributed();
+        harvest.features.per_vma_locks = false;
+        harvest.features.filemap = false;
+        let text = render(&build_report(&harvest, &symbols, &meta), 10);
+        assert!(!text.contains("fell back from the per-VMA lock"), "{text}");
+        for line in [
+            "  user-mode faults (this kernel has no per-VMA locks: every one takes mmap_lock): \
+             took mmap_lock 3 times (each retry counts), held it 2 times\n",
+            "  filemap faults: not traced (the kernel lacks filemap:mm_filemap_fault, Linux 6.4)\n",
         ] {
             assert!(text.contains(line), "missing {line:?} in:\n{text}");
         }

@@ -7,18 +7,20 @@ use aya::Ebpf;
 
 use crate::system::tracefs::{Tracefs, FILEMAP_FAULT};
 
-/// Whether fault attribution is available: it needs the saved-register offsets from BTF.
+/// Whether fault attribution is available (it needs the saved-register offsets from BTF),
+/// and whether the filemap faults are traced.
 pub fn attach(
     ebpf: &mut Ebpf,
     tracefs: &Tracefs,
     user_regs_known: bool,
     links: &mut super::ClassicLinks,
-) -> Result<bool> {
+) -> Result<(bool, bool)> {
     if !user_regs_known {
         log::warn!("kernel BTF lacks task_struct.stack or struct pt_regs: no fault attribution");
-        return Ok(false);
+        return Ok((false, false));
     }
     // filemap faults are extra detail: their absence does not disable fault attribution.
-    super::attach_tracepoints(ebpf, tracefs, "mm_filemap_fault", &[FILEMAP_FAULT], links)?;
-    Ok(true)
+    let filemap =
+        super::attach_tracepoints(ebpf, tracefs, "mm_filemap_fault", &[FILEMAP_FAULT], links)?;
+    Ok((true, filemap))
 }

@@ -356,16 +356,22 @@ impl Probes {
         let mut classic_links = ClassicLinks::default();
         let links = &mut classic_links;
         let features = if settings.attribution {
+            let contention = contention::attach(&mut ebpf, tracefs, classic, links)?;
+            let (faults, filemap) =
+                faults::attach(&mut ebpf, tracefs, config.user_regs_known != 0, links)?;
             Features {
                 lock_tracepoints,
-                contention: contention::attach(&mut ebpf, tracefs, classic, links)?,
-                faults: faults::attach(&mut ebpf, tracefs, config.user_regs_known != 0, links)?,
+                contention,
+                faults,
                 syscalls: syscalls::attach(&mut ebpf, tracefs, links)?,
                 offcpu: sched::attach(&mut ebpf)?,
+                filemap,
+                per_vma_locks: offsets.per_vma_locks,
             }
         } else {
             Features {
                 lock_tracepoints,
+                per_vma_locks: offsets.per_vma_locks,
                 ..Features::default()
             }
         };

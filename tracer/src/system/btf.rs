@@ -27,6 +27,10 @@ pub struct KernelOffsets {
     /// released), for the BTF tracepoint programs. None when the kernel's BTF lacks the
     /// `btf_trace_mmap_lock_*` prototypes: the classic tracepoints are used then.
     pub lock_args: Option<[LockArgIndices; 3]>,
+    /// Whether page faults try a per-VMA lock before mmap_lock (CONFIG_PER_VMA_LOCK, Linux
+    /// 6.4): told by `lock_vma_under_rcu` among the kernel's functions. Without them every
+    /// user page fault takes mmap_lock.
+    pub per_vma_locks: bool,
 }
 
 /// Indices of mm, write and success among a trace call's arguments (its `TP_PROTO`).
@@ -96,6 +100,7 @@ impl KernelOffsets {
             lock_args: lock_arg_indices(&btf)
                 .map_err(|e| log::debug!("no BTF tracepoint prototypes: {e:#}"))
                 .ok(),
+            per_vma_locks: has_function(&btf, "lock_vma_under_rcu"),
         })
     }
 }
@@ -146,6 +151,12 @@ pub fn trace_call_args(btf: &Btf, event: &str) -> Result<LockArgIndices> {
         write: write as u32,
         success: bools.get(1).copied().unwrap_or(0) as u32,
     })
+}
+
+fn has_function(btf: &Btf, name: &str) -> bool {
+    btf.types()
+        .iter()
+        .any(|t| matches!(t, BtfType::Func(f) if f.name == name))
 }
 
 fn is_struct(btf: &Btf, type_id: u32, name: &str) -> bool {
@@ -255,6 +266,22 @@ mod tests {
         assert_eq!(released, start);
         assert_eq!((acquired.mm, acquired.write), (0, start.write));
         assert_eq!(acquired.success, start.write + 1);
+    }
+
+    /// CONFIG_PER_VMA_LOCK is always on for x86_64 SMP kernels from 6.4 (def_bool y), absent
+    /// before.
+    #[test]
+    fn per_vma_locks_are_told_from_the_kernel_functions() {
+        let Ok(data) = std::fs::read(VMLINUX_BTF) else {
+            eprintln!("skipped: no {VMLINUX_BTF}");
+            return;
+        };
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+        let mut parts = release.trim().split(['.', '-']);
+        let major: u32 = parts.next().unwrap().parse().unwrap();
+        let minor: u32 = parts.next().unwrap().parse().unwrap();
+        let offsets = KernelOffsets::from_btf_bytes(&data).expect("offsets");
+        assert_eq!(offsets.per_vma_locks, (major, minor) >= (6, 4), "{release}");
     }
 
     #[test]
