@@ -9,6 +9,8 @@ mod mmap_lock;
 mod pending;
 mod sched;
 mod self_cost;
+#[cfg(test)]
+mod stack_chains;
 mod syscalls;
 mod timeline;
 mod user_stacks;
