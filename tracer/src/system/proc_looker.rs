@@ -124,9 +124,13 @@ fn serve(inbox: &Receiver<Vec<u32>>, outbox: &Sender<Reply>) {
 }
 
 fn look_at(pid: u32) -> ProcessLook {
+    let mappings = procfs::exec_mappings(pid);
+    if let Some(mappings) = &mappings {
+        procfs::keep_mapped_objects(pid, mappings);
+    }
     ProcessLook {
         pid,
-        mappings: procfs::exec_mappings(pid),
+        mappings,
         thread_names: procfs::thread_names(pid),
         comm: procfs::comm(pid),
     }

@@ -221,6 +221,48 @@ pub const MAX_OBJECT_BYTES: u64 = 4 << 30;
 /// Never blocks on the file (a FIFO at the path), never opens anything but a regular file of
 /// at most `MAX_OBJECT_BYTES`.
 pub fn open_mapped_object(pid: u32, mapping: &Mapping) -> Result<File> {
+    let id = (mapping.dev, mapping.inode);
+    if let Some(file) = kept_objects().get(&id).and_then(|f| f.try_clone().ok()) {
+        return Ok(file);
+    }
+    let file = open_mapped_object_now(pid, mapping)?;
+    let mut kept = kept_objects();
+    if kept.len() < MAX_KEPT_OBJECTS {
+        if let Ok(copy) = file.try_clone() {
+            kept.insert(id, copy);
+        }
+    }
+    Ok(file)
+}
+
+/// Opens the object of each of `mappings` not opened yet, so that it can be read after the
+/// process exits even where its path no longer leads to it (see `kept_objects`).
+pub fn keep_mapped_objects(pid: u32, mappings: &[Mapping]) {
+    for mapping in mappings {
+        let known = kept_objects().contains_key(&(mapping.dev, mapping.inode));
+        if !known {
+            let _ = open_mapped_object(pid, mapping);
+        }
+    }
+}
+
+/// Objects kept open at most: under the default limit of 1 024 descriptors.
+const MAX_KEPT_OBJECTS: usize = 512;
+
+/// The mapped objects opened so far, by the (device, inode) /proc/PID/maps gave them: once a
+/// process exits, its map_files are gone, and its path may not lead to the same (device, inode)
+/// even when nothing was replaced (on overlayfs, as in containers, maps names the layer's inode
+/// while a path gives the overlay's), so the file opened while it lived is what is read then.
+fn kept_objects() -> std::sync::MutexGuard<'static, std::collections::HashMap<(u64, u64), File>> {
+    static KEPT: std::sync::OnceLock<
+        std::sync::Mutex<std::collections::HashMap<(u64, u64), File>>,
+    > = std::sync::OnceLock::new();
+    KEPT.get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn open_mapped_object_now(pid: u32, mapping: &Mapping) -> Result<File> {
     let mut in_root = PathBuf::from(format!("/proc/{pid}/root"));
     in_root.push(mapping.path.strip_prefix("/").unwrap_or(&mapping.path));
     let same = |path: &Path| open_regular(path).and_then(|file| same_file(file, mapping));
@@ -417,7 +459,22 @@ mod tests {
         let staged = dir.path().join("lib.so.new");
         std::fs::write(&staged, b"new").unwrap();
         std::fs::rename(&staged, &path).unwrap();
-        let err = open_mapped_object(gone, &mapping).unwrap_err();
+        // The file opened while it was the one mapped is kept: it is still what is read.
+        let kept = open_mapped_object(gone, &mapping).unwrap();
+        assert_eq!(kept.metadata().unwrap().ino(), meta.ino());
+        // One never opened before is refused once its path leads elsewhere.
+        let other = dir.path().join("other.so");
+        std::fs::write(&other, b"old").unwrap();
+        let other_meta = std::fs::metadata(&other).unwrap();
+        let other_mapping = Mapping {
+            path: other.clone(),
+            dev: other_meta.dev(),
+            inode: other_meta.ino(),
+            ..mapping.clone()
+        };
+        std::fs::write(&staged, b"new").unwrap();
+        std::fs::rename(&staged, &other).unwrap();
+        let err = open_mapped_object(gone, &other_mapping).unwrap_err();
         assert!(err.to_string().contains("replaced"), "{err:#}");
     }
 
