@@ -216,7 +216,9 @@ impl Tracer {
     /// Blocks until the tracer says it is attached; panics with its stderr if it never does.
     pub fn wait_attached(&mut self) {
         loop {
-            match self.stderr_lines.recv_timeout(Duration::from_secs(60)) {
+            // Not a speed bound: loading takes minutes under emulation (the Debian kernels
+            // in CI run under TCG), and a tracer that never attaches still fails here.
+            match self.stderr_lines.recv_timeout(Duration::from_secs(600)) {
                 Ok(line) => {
                     let attached = line.contains("attached");
                     self.stderr_seen.push(line);
