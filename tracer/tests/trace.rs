@@ -103,7 +103,10 @@ fn churn_shows_both_modes_waits_and_the_writer_paths() {
 }
 
 /// Traces the `hold` workload (three 256 MiB mprotects) with `tracer_args` and checks the
-/// traced maximum write hold against the workload's own measurement of its mprotect (10%).
+/// traced maximum write hold against the workload's own measurement of its mprotect: the hold
+/// lies inside the call, so it is never longer (2% for the clocks' reads), and it is most of
+/// it (on this machine within 10%; under emulation, as the Debian kernels run in CI, the call's
+/// work outside the lock grows: 13% of it there).
 fn trace_known_hold(tracer_args: &[&str]) -> Value {
     let mut args = vec!["--format", "json"];
     args.extend_from_slice(tracer_args);
@@ -112,11 +115,10 @@ fn trace_known_hold(tracer_args: &[&str]) -> Value {
     let report = json(&result.stdout);
     let measured = value_of(&workload_out, "max_mprotect_ns") as f64;
     let traced = report["totals"]["write"]["max_hold_ns"].as_u64().unwrap() as f64;
-    let error = (traced - measured).abs() / measured;
     assert!(
-        error < 0.10,
+        traced <= measured * 1.02 && traced >= measured * 0.75,
         "max write hold {traced} ns vs mprotect's own {measured} ns: {:.1}% off",
-        error * 100.0
+        (traced - measured) / measured * 100.0
     );
     report
 }

@@ -165,7 +165,10 @@ fn run(command: Command) -> Result<()> {
             timeout,
             command,
         } => {
-            let status = vm::run(kernel, &command, std::time::Duration::from_secs(timeout))?;
+            let timeout = std::time::Duration::from_secs(timeout);
+            let status = vm::run(kernel, &command, &[], timeout, &mut |line| {
+                println!("{line}")
+            })?;
             // The command's own status, as `ssh host CMD` passes it out.
             std::process::exit(status)
         }

@@ -14,7 +14,7 @@
 //! emulation, about ten times slower) when it does not come up; the outcome is cached.
 
 use std::fs;
-use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::io::{BufRead as _, BufReader, Read as _};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -63,8 +63,15 @@ const MODULES: [&str; 5] = ["virtio_pci", "9pnet_virtio", "9p", "overlay", "virt
 /// How long a kernel gets to come up under KVM before it is taken to need TCG.
 const KVM_PROBE: Duration = Duration::from_secs(25);
 
-/// Runs `command` in the guest; returns its exit status.
-pub fn run(kernel: Kernel, command: &[String], timeout: Duration) -> Result<i32> {
+/// Runs `command` in the guest, with `env` besides the variables passed through, handing each
+/// line it prints to `on_line`; returns its exit status.
+pub fn run(
+    kernel: Kernel,
+    command: &[String],
+    env: &[(&str, String)],
+    timeout: Duration,
+    on_line: &mut dyn FnMut(&str),
+) -> Result<i32> {
     if command.is_empty() {
         bail!(
             "nothing to run: cargo xtask vm --kernel {} -- CMD",
@@ -75,10 +82,10 @@ pub fn run(kernel: Kernel, command: &[String], timeout: Duration) -> Result<i32>
     let dir = paths::target_dir().join("vm").join(kernel.name());
     let tree = fetch_kernel(kernel, &dir)?;
     let accel = accelerator(&dir, &tree)?;
-    let script = guest_script(command);
+    let script = guest_script(command, env);
     let initramfs = dir.join("initramfs.cpio");
     build_initramfs(&tree, &script, &initramfs)?;
-    let run = boot(&tree, &initramfs, accel, timeout, true)?;
+    let run = boot(&tree, &initramfs, accel, timeout, Some(on_line))?;
     run.status
         .ok_or_else(|| anyhow!("the guest ended without the command's exit status"))
 }
@@ -213,7 +220,7 @@ fn parse_kernel_dependency(depends: &str) -> Option<String> {
 
 /// The command as the guest's shell runs it: from the workspace, as root, with the variables
 /// that steer the tests.
-fn guest_script(command: &[String]) -> String {
+fn guest_script(command: &[String], env: &[(&str, String)]) -> String {
     let mut script = String::from("export HOME=/root TERM=dumb LANG=C.UTF-8\n");
     script.push_str(&format!(
         "export PATH={}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n",
@@ -226,6 +233,9 @@ fn guest_script(command: &[String]) -> String {
         if passed {
             script.push_str(&format!("export {name}={}\n", shell_quote(&value)));
         }
+    }
+    for (name, value) in env {
+        script.push_str(&format!("export {name}={}\n", shell_quote(value)));
     }
     script.push_str(&format!(
         "cd {}\n",
@@ -497,7 +507,7 @@ fn accelerator(dir: &Path, tree: &Path) -> Result<Accel> {
     let accel = if Path::new("/dev/kvm").exists() {
         let probe = dir.join("probe.cpio");
         build_initramfs(tree, "true\n", &probe)?;
-        let came_up = boot(tree, &probe, Accel::Kvm, KVM_PROBE, false)?.came_up;
+        let came_up = boot(tree, &probe, Accel::Kvm, KVM_PROBE, None)?.came_up;
         if came_up {
             Accel::Kvm
         } else {
@@ -520,14 +530,14 @@ struct Boot {
     status: Option<i32>,
 }
 
-/// Boots `tree`'s kernel with `initramfs` and relays the guest's console from the mark on
-/// (when `relay`); kills QEMU past `timeout`.
+/// Boots `tree`'s kernel with `initramfs` and hands the guest's console lines from the mark
+/// on to `relay` (if any); kills QEMU past `timeout`.
 fn boot(
     tree: &Path,
     initramfs: &Path,
     accel: Accel,
     timeout: Duration,
-    relay: bool,
+    mut relay: Option<&mut dyn FnMut(&str)>,
 ) -> Result<Boot> {
     let mut qemu = Command::new("qemu-system-x86_64");
     match accel {
@@ -581,19 +591,20 @@ fn boot(
                     result.status = line[at + STATUS_MARK.len()..].trim().parse().ok();
                 } else if let Some(at) = line.find(UP_MARK) {
                     result.came_up = true;
-                    if relay {
+                    if relay.is_some() {
                         eprintln!("vm: {}", &line[at + "mmapsem-vm: ".len()..]);
                     }
-                } else if relay && result.came_up && !is_kernel_noise(line) {
-                    println!("{line}");
-                    let _ = std::io::stdout().flush();
+                } else if let Some(relay) = relay.as_mut().filter(|_| result.came_up) {
+                    if !is_kernel_noise(line) {
+                        relay(line);
+                    }
                 }
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                if relay {
+                if relay.is_some() {
                     bail!("the guest ran past {} s; killed", timeout.as_secs());
                 }
                 return Ok(result);
@@ -601,7 +612,7 @@ fn boot(
         }
     }
     let status = child.wait()?;
-    if !status.success() && relay {
+    if !status.success() && relay.is_some() {
         bail!("qemu-system-x86_64 failed: {status}");
     }
     Ok(result)
@@ -680,7 +691,11 @@ mod tests {
 
     #[test]
     fn the_command_is_quoted_for_the_guest_shell() {
-        let script = guest_script(&["sh".into(), "-c".into(), "echo 'a b'".into()]);
+        let script = guest_script(
+            &["sh".into(), "-c".into(), "echo 'a b'".into()],
+            &[("MMAPSEM_X", "1".into())],
+        );
+        assert!(script.contains("export MMAPSEM_X='1'\n"), "{script}");
         assert!(
             script.ends_with("'sh' '-c' 'echo '\\''a b'\\'''\n"),
             "{script}"
