@@ -252,7 +252,8 @@ fn shell_quote(word: &str) -> String {
 }
 
 /// The guest's /init: mount the host's root read-only with a tmpfs overlay, mount the
-/// kernel's file systems in it, run the command there, print its status, power off.
+/// kernel's file systems in it, run the command there, print its status, power off. /tmp is
+/// the overlay's like the rest: a workspace checked out under /tmp stays visible.
 fn init_script() -> String {
     format!(
         r#"#!/bin/busybox sh
@@ -272,7 +273,6 @@ mount -t devtmpfs dev /newroot/dev
 mkdir -p /newroot/dev/pts /newroot/dev/shm
 mount -t devpts devpts /newroot/dev/pts
 mount -t tmpfs tmpfs /newroot/dev/shm
-mount -t tmpfs tmpfs /newroot/tmp
 mount -t tmpfs tmpfs /newroot/run
 mount -t tracefs tracefs /newroot/sys/kernel/tracing
 mount -t debugfs debugfs /newroot/sys/kernel/debug
