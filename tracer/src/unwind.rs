@@ -312,7 +312,7 @@ mod tests {
     fn unwinders_are_bounded_and_objects_go_with_the_last_process_using_them() {
         let me = std::process::id();
         let mut mine = MappingHistory::default();
-        mine.refresh(me);
+        mine.add_all(procfs::exec_mappings(me).expect("this process's maps"));
         let ip = copy_of_this_function_ip();
         assert!(mine.find(ip).is_some(), "this test's code is in a mapping");
         let mut unwinder = StackUnwinder::default();

@@ -354,7 +354,6 @@ impl Modules {
 
     fn read(&self, name: &str) -> Result<Vec<u8>> {
         let path = &self.paths[name];
-        let bytes = fs::read(path)?;
         let decompress = |program: &str| -> Result<Vec<u8>> {
             let mut child = Command::new(program)
                 .args(["-dc", &path.display().to_string()])
@@ -372,7 +371,7 @@ impl Modules {
             Some("xz") => decompress("xz"),
             Some("zst") => decompress("zstd"),
             Some("gz") => decompress("gzip"),
-            _ => Ok(bytes),
+            _ => Ok(fs::read(path)?),
         }
     }
 

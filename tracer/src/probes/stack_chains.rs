@@ -157,7 +157,7 @@ fn every_programs_call_chain_fits_the_512_byte_stack_of_older_kernels() {
     let all = functions(super::EBPF_OBJECT);
     let programs: Vec<&Function> = all
         .iter()
-        .filter(|f| !f.name.starts_with('.') && !f.name.starts_with("_R") && f.calls.len() < 10_000)
+        .filter(|f| !f.name.starts_with('.') && !f.name.starts_with("_R"))
         .filter(|f| f.depth > 0 || !f.calls.is_empty())
         .collect();
     assert!(

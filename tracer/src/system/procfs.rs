@@ -338,12 +338,6 @@ pub struct MappingHistory {
 }
 
 impl MappingHistory {
-    pub fn refresh(&mut self, pid: u32) {
-        if let Some(mappings) = exec_mappings(pid) {
-            self.add_all(mappings);
-        }
-    }
-
     pub fn add_all(&mut self, mappings: Vec<Mapping>) {
         for m in mappings {
             self.by_start.insert(m.start, m);
