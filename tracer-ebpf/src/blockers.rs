@@ -14,14 +14,11 @@ use tracer_common::{FAST_TARGETS, KEYS_BLOCKED};
 
 use crate::{
     maps::{
-        atomic_add, config, count, count_key, keeps_thread, slot_of, BLOCKED, FULL_BLOCKED,
-        HOLDERS, HOLDER_INFO,
+        atomic_add, config, count, count_key, keeps_thread, slot_of, BLOCKED, BPF_NOEXIST, EEXIST,
+        FULL_BLOCKED, HOLDERS, HOLDER_INFO,
     },
     target::{Locker, NO_SLOT},
 };
-
-const BPF_NOEXIST: u64 = 1;
-const EEXIST: i32 = 17;
 
 /// A hold that just ended, if any: whether it blocked someone, and its identity.
 #[derive(Clone, Copy, Default)]

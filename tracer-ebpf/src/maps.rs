@@ -167,9 +167,11 @@ pub fn add_to(array: &PerCpuArray<u64>, index: u32, n: u64) {
     }
 }
 
-const BPF_NOEXIST: u64 = 1;
+/// Insert only if absent (bpf_map_update_elem's flags).
+pub const BPF_NOEXIST: u64 = 1;
 const E2BIG: i32 = 7;
-const EEXIST: i32 = 17;
+/// The key is already there, or (STACKS) its bucket holds another stack.
+pub const EEXIST: i32 = 17;
 
 /// Adds `n` to a counter of a map value shared by all CPUs.
 #[inline(always)]

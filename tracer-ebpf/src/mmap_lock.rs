@@ -21,8 +21,8 @@ use crate::{
     context::LockContext,
     faults, lean,
     maps::{
-        armed, atomic_add, config, count, count_key, keeps_thread, slot_of, AGG, FULL_AGG,
-        FULL_SLEEPS, LOCK_STATE, SLEEPS, STACKS, TID_HOLDING, TOTALS,
+        armed, atomic_add, config, count, count_key, keeps_thread, slot_of, AGG, BPF_NOEXIST,
+        EEXIST, FULL_AGG, FULL_SLEEPS, LOCK_STATE, SLEEPS, STACKS, TID_HOLDING, TOTALS,
     },
     pending, syscalls,
     target::{classify, fatal_signal_pending, Locker, NO_SLOT},
@@ -30,8 +30,6 @@ use crate::{
     user_stacks::{self, EventShare},
 };
 
-const BPF_NOEXIST: u64 = 1;
-const EEXIST: i32 = 17;
 const EFAULT: i32 = 14;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -501,6 +499,10 @@ fn walk_stacks<C: LockContext>(ctx: &C) -> (i32, i32) {
     (kernel, user)
 }
 
+/// The STACKS id of the current stack. The map is a hash table without chaining: a stack whose
+/// bucket another stack holds fails with EEXIST and is counted. A retry without the innermost
+/// (tracing machinery) frame would hash elsewhere, but it took 6.1's verifier from 350 000 to
+/// 850 000 of its million instructions on acquire_returned.
 #[inline(always)]
 pub fn stack_id<C: StackIdContext>(
     ctx: &C,
