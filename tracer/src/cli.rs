@@ -3,8 +3,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{bail, Result};
-use clap::{Parser, ValueEnum};
+use anyhow::{bail, Context as _, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Format {
@@ -55,14 +55,20 @@ pub enum View {
     Intervals { interval: Duration },
     /// One report at the end.
     Final,
+    /// `serve`: nothing on the terminal; windows folded into series for the HTTP endpoint.
+    Serve,
 }
 
 /// Who waits on a process's mmap_lock, for how long, and doing what: wait and hold time per call
 /// stack, from the kernel's mmap_lock tracepoints.
 #[derive(Debug, Parser)]
-#[command(name = "mmapsem-trace", version, about)]
+#[command(name = "mmapsem-trace", version)]
 #[command(group = clap::ArgGroup::new("target").args(["pid", "all", "command"]).required(true))]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct Cli {
+    #[command(subcommand)]
+    pub action: Option<Action>,
+
     /// Process id(s) to trace, comma-separated.
     #[arg(
         short,
@@ -148,6 +154,13 @@ pub struct Cli {
     /// Also write an SVG flamegraph to FILE.
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
+
+    /// Also write a pprof profile (gzipped protobuf: go tool pprof, Pyroscope, Parca) to FILE:
+    /// sample types contentions/count and delay/nanoseconds as in Go's mutex profile, with
+    /// holds/count and hold/nanoseconds (-sample_index=hold); labels kind, mode, cause,
+    /// process, pid.
+    #[arg(long, value_name = "FILE")]
+    pub pprof: Option<PathBuf>,
 
     /// What flamegraph widths measure.
     #[arg(long, value_enum, default_value_t = WeightArg::Wait)]
@@ -255,6 +268,113 @@ pub struct Cli {
     pub verbose: u8,
 }
 
+#[derive(Debug, Subcommand)]
+pub enum Action {
+    /// Trace continuously (every process, unless -p or --comm narrows it) and serve it over
+    /// HTTP: /metrics (OpenMetrics or Prometheus text) and /debug/pprof/mmap_lock?seconds=N
+    /// (a pprof profile of the next N seconds). Timing only unless --stacks. Runs until
+    /// SIGTERM, SIGINT or SIGHUP (with -p: until those processes have exited).
+    Serve(ServeArgs),
+    /// Print the man page or a shell's completions on stdout (`cargo xtask package` uses it).
+    #[command(hide = true)]
+    Generate {
+        #[arg(value_enum)]
+        what: Generated,
+    },
+}
+
+/// What `generate` prints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Generated {
+    Man,
+    /// The page of `serve` (mmapsem-trace-serve(1)).
+    ManServe,
+    Bash,
+    Zsh,
+    Fish,
+}
+
+/// The man page (roff) or completions of the whole command line, serve included.
+pub fn generate(what: Generated, out: &mut dyn std::io::Write) -> Result<()> {
+    use clap::CommandFactory as _;
+    let mut command = Cli::command();
+    let name = command.get_name().to_string();
+    let shell = match what {
+        Generated::Man => {
+            clap_mangen::Man::new(command).render(out)?;
+            return Ok(());
+        }
+        Generated::ManServe => {
+            command.build();
+            let serve = command
+                .find_subcommand("serve")
+                .context("no serve subcommand")?
+                .clone()
+                .name("mmapsem-trace-serve")
+                .version(env!("CARGO_PKG_VERSION"));
+            clap_mangen::Man::new(serve).render(out)?;
+            return Ok(());
+        }
+        Generated::Bash => clap_complete::Shell::Bash,
+        Generated::Zsh => clap_complete::Shell::Zsh,
+        Generated::Fish => clap_complete::Shell::Fish,
+    };
+    clap_complete::generate(shell, &mut command, name, out);
+    Ok(())
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct ServeArgs {
+    /// Address and port to listen on. Loopback unless another address is given here: whoever
+    /// reaches the endpoint reads process names and call stacks.
+    #[arg(long, default_value = DEFAULT_LISTEN, value_name = "ADDR:PORT")]
+    pub listen: std::net::SocketAddr,
+
+    /// Trace only these processes (comma-separated).
+    #[arg(
+        short,
+        long,
+        value_delimiter = ',',
+        allow_negative_numbers = true,
+        value_parser = parse_pid,
+        value_name = "PID[,PID...]"
+    )]
+    pub pid: Vec<u32>,
+
+    /// Export only the processes of this name (repeat for more names). Every process's lock
+    /// is still timed in the kernel; the names choose what /metrics and the profiles show.
+    #[arg(long = "comm", value_name = "NAME")]
+    pub comms: Vec<String>,
+
+    /// Also walk kernel and frame-pointer user stacks, of waits and holds past 10 us and of
+    /// one in 64 others: causes for the series, stacks for the profiles. Costs more per lock
+    /// event than timing alone.
+    #[arg(long)]
+    pub stacks: bool,
+
+    /// Label the series with the pid as well as the process name (pids are many over a
+    /// daemon's life: --max-series bounds them).
+    #[arg(long)]
+    pub label_pid: bool,
+
+    /// The most series exported; the operations of series beyond it are counted in
+    /// mmapsem_trace_lost_events_total{counter="series_cap"}.
+    #[arg(
+        long,
+        default_value_t = 2000,
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..=1_000_000)
+    )]
+    pub max_series: u32,
+
+    /// More logging on stderr (repeat for more).
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+/// Where `serve` listens unless told otherwise: loopback only.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:9723";
+
 /// `-o -`: the report goes to standard output.
 pub const STDOUT_NAME: &str = "-";
 
@@ -277,6 +397,29 @@ pub fn unique_pids(pids: &[u32]) -> Vec<u32> {
 }
 
 impl Cli {
+    /// `serve`'s arguments, when that is what was asked for.
+    pub fn serve(&self) -> Option<&ServeArgs> {
+        match &self.action {
+            Some(Action::Serve(args)) => Some(args),
+            _ => None,
+        }
+    }
+
+    /// `serve` as a trace: system-wide unless -p, timing only unless --stacks (then frame
+    /// pointers: no stack copies), nothing on the terminal.
+    pub fn with_serve_settings(mut self) -> Self {
+        let Some(serve) = self.serve().cloned() else {
+            return self;
+        };
+        self.all = serve.pid.is_empty();
+        self.pid = serve.pid;
+        self.lean = !serve.stacks;
+        self.user_stack = UserStackArg::Fp;
+        self.no_live = true;
+        self.verbose = serve.verbose;
+        self
+    }
+
     /// The file of `-o`, unless it is `-` (standard output).
     pub fn output_file(&self) -> Option<&Path> {
         self.output
@@ -305,6 +448,9 @@ impl Cli {
     /// Picks the view. The live view needs a terminal on stdout; it is the default there unless
     /// the user asked for a report format or file.
     pub fn view(&self, stdout_is_terminal: bool) -> Result<View> {
+        if self.serve().is_some() {
+            return Ok(View::Serve);
+        }
         let interval = self.interval.unwrap_or(DEFAULT_INTERVAL);
         if self.live {
             if !stdout_is_terminal {
@@ -335,6 +481,7 @@ impl Cli {
             View::Final => true,
             View::Intervals { .. } => self.output_file().is_some(),
             View::Live { .. } => self.format.is_some() || self.output.is_some(),
+            View::Serve => false,
         }
     }
 }

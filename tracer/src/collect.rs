@@ -242,7 +242,7 @@ pub enum Flow {
 /// Something that shows the trace while it runs. `on_tick` is called every tick, with the
 /// probes to snapshot when it is time.
 pub trait Sink {
-    fn on_tick(&mut self, probes: &Probes, watch: &Watch) -> Result<Flow>;
+    fn on_tick(&mut self, probes: &Probes, watch: &mut Watch) -> Result<Flow>;
 
     /// Notified when the sink wants its next tick now rather than at the next TICK (the live
     /// view's `q`: waiting for the tick added up to 100 ms to the exit).
@@ -255,7 +255,7 @@ pub trait Sink {
 pub struct NoSink;
 
 impl Sink for NoSink {
-    fn on_tick(&mut self, _: &Probes, _: &Watch) -> Result<Flow> {
+    fn on_tick(&mut self, _: &Probes, _: &mut Watch) -> Result<Flow> {
         Ok(Flow::Continue)
     }
 }
@@ -383,7 +383,7 @@ pub async fn watch_until_done(
             watch.ended_by = "duration reached";
             break;
         }
-        match sink.on_tick(probes, &watch) {
+        match sink.on_tick(probes, &mut watch) {
             Ok(Flow::Continue) => {}
             Ok(Flow::Stop) => {
                 watch.ended_by = "quit";
@@ -470,6 +470,16 @@ impl Watch {
         }
     }
 
+    /// Forgets the names (and fault counts) of processes that are gone, and the names of
+    /// threads that are (a daemon's, once their entries are folded and deleted): system-wide,
+    /// a name is also the mark of a process already read, so a reused pid is read afresh.
+    pub fn forget_names(&mut self, gone: &HashSet<u32>) {
+        self.process_names.retain(|pid, _| !gone.contains(pid));
+        self.faults.retain(|pid, _| !gone.contains(pid));
+        // Thread ids are not tied to their process here: those that are gone, whoever's.
+        self.thread_names.retain(|&tid, _| procfs::is_alive(tid));
+    }
+
     /// Lists the targets' threads (reading the start time of the new ones) and recomputes the
     /// thread time from lifetimes: the exited threads' as the kernel summed them, the living
     /// ones' since they or the trace started. Called once more after the programs are
@@ -515,7 +525,7 @@ impl Watch {
 
 /// A cumulative snapshot and the watch figures that go with it.
 #[derive(Clone)]
-struct Mark {
+pub struct Mark {
     harvest: Harvest,
     thread_time_ns: u64,
     elapsed: Duration,
@@ -605,6 +615,35 @@ impl Windows {
             thread_names: watch.thread_names.clone(),
         };
         build_report(&window, self.symbolizer.symbols(), &meta)
+    }
+
+    /// Forgets the processes that are gone in both windows' starts, as the kernel maps forget
+    /// them: a later snapshot without them (or with a new process of a reused pid) then
+    /// subtracts nothing of theirs.
+    pub fn forget_processes(&mut self, gone: &HashSet<u32>) {
+        self.previous.harvest.forget_processes(gone);
+        self.since.harvest.forget_processes(gone);
+    }
+
+    /// The processes the last snapshot holds entries of (as mm owners or outside lockers).
+    pub fn processes_seen(&self) -> HashSet<u32> {
+        self.previous
+            .harvest
+            .entries
+            .iter()
+            .flat_map(|e| [e.key.pid, e.key.locker_pid])
+            .filter(|&pid| pid != 0)
+            .collect()
+    }
+
+    /// Where the last snapshot left the trace: `report_since` it covers what came after.
+    pub fn last_mark(&self) -> Mark {
+        self.previous.clone()
+    }
+
+    /// What happened from `from` to the last snapshot.
+    pub fn report_since(&self, from: &Mark, watch: &Watch, per_thread: bool) -> Report {
+        self.report_between(&self.previous, from, watch, per_thread)
     }
 
     /// The symbolizer, with every stack seen so far, for the final report.

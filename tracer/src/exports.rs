@@ -1,5 +1,5 @@
 //! Everything written at the end of a trace, whatever ended it: the report (stdout or -o) and
-//! the --folded, --svg and --timeline files. Every file is checked before tracing starts
+//! the --folded, --svg, --pprof and --timeline files. Every file is checked before tracing starts
 //! (two outputs to one file are refused) and written as output::Destination says.
 
 use std::collections::HashMap;
@@ -45,6 +45,7 @@ pub struct Outputs {
     top: usize,
     folded: Option<Destination>,
     svg: Option<Destination>,
+    pprof: Option<Destination>,
     timeline: Option<Destination>,
     weight: Weight,
 }
@@ -63,6 +64,7 @@ impl Outputs {
             top: cli.top,
             folded: file(&cli.folded),
             svg: file(&cli.svg),
+            pprof: file(&cli.pprof),
             timeline: file(&cli.timeline),
             weight: match cli.weight {
                 WeightArg::Wait => Weight::Wait,
@@ -98,6 +100,7 @@ impl Outputs {
         let files = [
             ("--folded", &self.folded),
             ("--svg", &self.svg),
+            ("--pprof", &self.pprof),
             ("--timeline", &self.timeline),
         ];
         report
@@ -129,8 +132,8 @@ impl Outputs {
                 Err(err) => errors.push(error_line(&err)),
             }
         }
-        let mut put = |destination: Destination, contents: Result<String>| match contents
-            .and_then(|text| destination.write(&text).map(|()| destination))
+        let mut put = |destination: Destination, contents: Result<Vec<u8>>| match contents
+            .and_then(|bytes| destination.write_bytes(&bytes).map(|()| destination))
         {
             Ok(Destination::File(path)) => written.push(path),
             Ok(Destination::Stdout) => {}
@@ -138,11 +141,17 @@ impl Outputs {
         };
         let folded = present::folded::render(report, self.weight);
         if let Some(destination) = &self.folded {
-            put(destination.clone(), Ok(folded.clone()));
+            put(destination.clone(), Ok(folded.clone().into_bytes()));
         }
         if let Some(destination) = &self.svg {
             let title = svg_title(report, self.weight);
-            put(destination.clone(), present::svg::render(&folded, &title));
+            put(
+                destination.clone(),
+                present::svg::render(&folded, &title).map(String::into_bytes),
+            );
+        }
+        if let Some(destination) = &self.pprof {
+            put(destination.clone(), present::pprof::render(report));
         }
         if let Some(destination) = &self.timeline {
             let names = TimelineNames {
@@ -154,7 +163,7 @@ impl Outputs {
             };
             put(
                 destination.clone(),
-                present::trace_event::render(&timeline.slices, &names),
+                present::trace_event::render(&timeline.slices, &names).map(String::into_bytes),
             );
         }
         if !errors.is_empty() {

@@ -86,7 +86,7 @@ impl IntervalPrinter {
 }
 
 impl Sink for IntervalPrinter {
-    fn on_tick(&mut self, probes: &Probes, watch: &Watch) -> Result<Flow> {
+    fn on_tick(&mut self, probes: &Probes, watch: &mut Watch) -> Result<Flow> {
         if Instant::now() >= self.next {
             self.next += self.every;
             self.print(probes, watch)?;

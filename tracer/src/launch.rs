@@ -180,6 +180,10 @@ impl Launched {
         let Some(program) = command.first() else {
             bail!("no command after --");
         };
+        // Said before the programs load (seconds on a slow machine, and warnings about the
+        // kernel that would bury the one line that matters); the execve's own errno still
+        // decides when the file changes in between.
+        find_executable(program)?;
         // Everything the child needs is allocated before fork: between fork and exec it may
         // only make async-signal-safe calls.
         let args = command
@@ -379,6 +383,44 @@ fn cloexec_pipe() -> Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
+/// The file `program` names, looked up in $PATH as execvp does when it has no slash; else
+/// the error execvp would give: ENOENT when nothing is there, EACCES when only files that
+/// cannot be executed (or directories) are.
+fn find_executable(program: &str) -> Result<std::path::PathBuf, ExecFailed> {
+    let candidates: Vec<std::path::PathBuf> = if program.contains('/') {
+        vec![program.into()]
+    } else {
+        let path =
+            std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/bin:/usr/bin".into());
+        std::env::split_paths(&path)
+            .map(|dir| dir.join(program))
+            .collect()
+    };
+    let mut errno = libc::ENOENT;
+    for candidate in candidates {
+        match std::fs::metadata(&candidate) {
+            Ok(meta) if meta.is_file() && is_executable(&candidate) => return Ok(candidate),
+            Ok(_) => errno = libc::EACCES,
+            Err(err) if err.raw_os_error() == Some(libc::EACCES) => errno = libc::EACCES,
+            Err(_) => {}
+        }
+    }
+    Err(ExecFailed {
+        program: program.to_owned(),
+        error: std::io::Error::from_raw_os_error(errno),
+    })
+}
+
+/// Whether this process may execute `path` (for root: any execute bit is set).
+fn is_executable(path: &std::path::Path) -> bool {
+    use std::os::unix::ffi::OsStrExt as _;
+    let Ok(path) = CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: a NUL-terminated path.
+    unsafe { libc::access(path.as_ptr(), libc::X_OK) == 0 }
+}
+
 /// In the forked child: blocks until the tracer writes its byte (or exits without it, which
 /// closes the pipe), then execs; if that fails, writes its errno to `report` for the tracer.
 /// Never returns.
@@ -438,9 +480,23 @@ mod tests {
     }
 
     fn exec_failure(command: &str) -> ExecFailed {
-        let mut launched = Launched::spawn_held(&[command.to_owned()], None, false).unwrap();
-        let err = launched.release().unwrap_err();
+        let err = Launched::spawn_held(&[command.to_owned()], None, false)
+            .err()
+            .expect("refused before the fork");
         err.downcast::<ExecFailed>().expect("an ExecFailed")
+    }
+
+    #[test]
+    fn commands_are_looked_up_in_path_like_execvp() {
+        assert!(find_executable("sh").unwrap().is_absolute());
+        assert_eq!(
+            find_executable("no-such-mmapsem-cmd")
+                .unwrap_err()
+                .exit_code(),
+            127
+        );
+        // A directory is there but cannot be run.
+        assert_eq!(find_executable("/").unwrap_err().exit_code(), 126);
     }
 
     #[test]
@@ -453,7 +509,7 @@ mod tests {
     }
 
     #[test]
-    fn a_command_that_cannot_run_fails_its_release() {
+    fn a_command_that_cannot_run_is_refused_before_the_fork() {
         let missing = exec_failure("/nonexistent/program");
         assert_eq!(missing.exit_code(), 127);
         assert_eq!(
@@ -469,6 +525,20 @@ mod tests {
             refused.to_string().ends_with(": Permission denied"),
             "{refused}"
         );
+    }
+
+    #[test]
+    fn an_execve_that_fails_after_the_fork_fails_the_release() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("no-interpreter");
+        std::fs::write(&script, "#!/nonexistent-mmapsem-interpreter\n").unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut launched =
+            Launched::spawn_held(&[script.display().to_string()], None, false).unwrap();
+        let err = launched.release().unwrap_err();
+        let failed = err.downcast::<ExecFailed>().expect("an ExecFailed");
+        assert_eq!(failed.exit_code(), 127, "{failed}");
     }
 
     #[test]

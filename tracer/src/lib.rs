@@ -16,6 +16,7 @@ pub mod output;
 pub mod present;
 pub mod probes;
 pub mod run;
+pub mod serve;
 pub mod symbolize;
 pub mod system;
 pub mod unwind;

@@ -74,6 +74,11 @@ impl Destination {
     }
 
     pub fn write(&self, contents: &str) -> Result<()> {
+        self.write_bytes(contents.as_bytes())
+    }
+
+    /// `write` for binary contents (a gzipped profile).
+    pub fn write_bytes(&self, contents: &[u8]) -> Result<()> {
         match self {
             Destination::Stdout => {
                 write_descriptor(1, contents).context("writing report to stdout")
@@ -193,7 +198,7 @@ fn symlink_is_trusted(link_owner: u32, dir: &Metadata, me: u32) -> bool {
     ours(link_owner) && ours(dir.uid()) && (!others_can_write || sticky)
 }
 
-fn write_file(path: &Path, contents: &str) -> Result<()> {
+fn write_file(path: &Path, contents: &[u8]) -> Result<()> {
     let cannot = || format!("cannot write {}", path.display());
     match target(path).with_context(cannot)? {
         Target::OwnDescriptor(fd) => write_descriptor(fd, contents).with_context(cannot),
@@ -204,20 +209,17 @@ fn write_file(path: &Path, contents: &str) -> Result<()> {
     }
 }
 
-fn write_descriptor(fd: i32, contents: &str) -> std::io::Result<()> {
+fn write_descriptor(fd: i32, contents: &[u8]) -> std::io::Result<()> {
     if fd == 2 {
         let mut err = std::io::stderr().lock();
-        return err
-            .write_all(contents.as_bytes())
-            .and_then(|()| err.flush());
+        return err.write_all(contents).and_then(|()| err.flush());
     }
     let mut out = std::io::stdout().lock();
-    out.write_all(contents.as_bytes())
-        .and_then(|()| out.flush())
+    out.write_all(contents).and_then(|()| out.flush())
 }
 
 /// Writes into the device or FIFO at `path` without creating or truncating anything.
-fn write_through(path: &Path, follow: bool, contents: &str) -> Result<()> {
+fn write_through(path: &Path, follow: bool, contents: &[u8]) -> Result<()> {
     let mut options = OpenOptions::new();
     options.write(true);
     if !follow {
@@ -229,13 +231,13 @@ fn write_through(path: &Path, follow: bool, contents: &str) -> Result<()> {
     if !(kind.is_char_device() || kind.is_fifo()) {
         bail!("it changed from a device or FIFO while being opened");
     }
-    file.write_all(contents.as_bytes())?;
+    file.write_all(contents)?;
     Ok(())
 }
 
 /// Writes via a temporary in the same directory and renames it over `path`. rename(2) replaces
 /// a symlink at `path` instead of following it.
-fn replace(path: &Path, keep: Option<(u32, u32, u32)>, contents: &str) -> Result<()> {
+fn replace(path: &Path, keep: Option<(u32, u32, u32)>, contents: &[u8]) -> Result<()> {
     use std::os::unix::fs::PermissionsExt as _;
     let mut tmp = tempfile::Builder::new()
         .prefix(".mmapsem-trace-")
@@ -243,7 +245,7 @@ fn replace(path: &Path, keep: Option<(u32, u32, u32)>, contents: &str) -> Result
         // its predecessor's bits below.
         .permissions(std::fs::Permissions::from_mode(0o666))
         .tempfile_in(parent_dir(path))?;
-    tmp.write_all(contents.as_bytes())?;
+    tmp.write_all(contents)?;
     if let Some((mode, uid, gid)) = keep {
         // The owner first: chown clears set-id bits, and only permission bits are kept
         // anyway. Only root may give a file away; anyone else keeps their own.
@@ -273,7 +275,7 @@ mod tests {
         std::fs::write(&victim, "precious").unwrap();
         let out = dir.path().join("report.json");
         std::os::unix::fs::symlink(&victim, &out).unwrap();
-        write_file(&out, "{}").unwrap();
+        write_file(&out, b"{}").unwrap();
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
         assert_eq!(std::fs::read_to_string(&out).unwrap(), "{}");
         assert!(!std::fs::symlink_metadata(&out)
@@ -288,12 +290,12 @@ mod tests {
         let out = dir.path().join("report.txt");
         std::fs::write(&out, "old").unwrap();
         std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o640)).unwrap();
-        write_file(&out, "new").unwrap();
+        write_file(&out, b"new").unwrap();
         assert_eq!(std::fs::read_to_string(&out).unwrap(), "new");
         assert_eq!(mode(&out), 0o640);
         // Set-id bits are not carried over to a file written by root.
         std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o4755)).unwrap();
-        write_file(&out, "newer").unwrap();
+        write_file(&out, b"newer").unwrap();
         assert_eq!(mode(&out), 0o755);
     }
 
@@ -301,7 +303,7 @@ mod tests {
     fn a_new_file_gets_the_umask_not_0600() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("new.txt");
-        write_file(&out, "x").unwrap();
+        write_file(&out, b"x").unwrap();
         // SAFETY: umask only swaps the process's mask; it is put back at once.
         let umask = unsafe {
             let mask = libc::umask(0o022);
@@ -324,7 +326,7 @@ mod tests {
             std::thread::spawn(move || std::fs::read_to_string(fifo).unwrap())
         };
         Destination::File(fifo.clone()).check_writable().unwrap();
-        write_file(&fifo, "through the pipe").unwrap();
+        write_file(&fifo, b"through the pipe").unwrap();
         assert_eq!(reader.join().unwrap(), "through the pipe");
         assert!(std::fs::symlink_metadata(&fifo)
             .unwrap()

@@ -27,7 +27,12 @@ use crate::system::{
 use tracer_common::Counter;
 
 /// Runs one trace; returns the exit status: 0, or a launched command's own.
-pub fn run(mut cli: Cli) -> Result<i32> {
+pub fn run(cli: Cli) -> Result<i32> {
+    if let Some(crate::cli::Action::Generate { what }) = cli.action {
+        crate::cli::generate(what, &mut std::io::stdout().lock())?;
+        return Ok(0);
+    }
+    let mut cli = cli.with_serve_settings();
     init_logging(cli.verbose);
     if let Some(floor) = cli.bench_floor {
         return crate::probes::floor::run(floor, &cli.pid);
@@ -71,6 +76,11 @@ pub fn run(mut cli: Cli) -> Result<i32> {
         tracefs.require(&tp)?;
     }
     let offsets = KernelOffsets::from_running_kernel()?;
+    // Before the programs load: a port in use is one line, not a trace with nowhere to go.
+    let endpoint = cli
+        .serve()
+        .map(|serve| crate::serve::Endpoint::bind(serve.listen))
+        .transpose()?;
     let inherit = launched.is_some() && !cli.no_inherit;
     // The live view can switch to per-thread rows at any time: collect per thread and merge
     // threads in user space when they are not wanted. So do copied user stacks: threads that
@@ -137,8 +147,15 @@ pub fn run(mut cli: Cli) -> Result<i32> {
     let what = if targets.is_system_wide() {
         comm.clone()
     } else {
+        // The target names itself: escaped for the terminal; gone if it died while the
+        // programs loaded (the report then says it exited).
+        let shown = if comm.is_empty() {
+            "exited".into()
+        } else {
+            crate::present::escaped(&comm)
+        };
         format!(
-            "pid {} ({comm})",
+            "pid {} ({shown})",
             cli.pid
                 .iter()
                 .map(u32::to_string)
@@ -162,6 +179,12 @@ pub fn run(mut cli: Cli) -> Result<i32> {
             "Ctrl-C to stop"
         }
     );
+    if let Some(endpoint) = &endpoint {
+        eprintln!(
+            "mmapsem-trace: serving http://{0}/metrics and http://{0}/debug/pprof/mmap_lock?seconds=N",
+            endpoint.address
+        );
+    }
 
     let windows = Windows::new(&targets, &comm, cli.stack_threshold());
     let mut watch_with = |sink: &mut dyn crate::collect::Sink, probes: &mut Probes| {
@@ -194,6 +217,13 @@ pub fn run(mut cli: Cli) -> Result<i32> {
             let windows = view.finish();
             print_command_output(launched.as_ref());
             (watch, failure, windows.into_symbolizer())
+        }
+        View::Serve => {
+            let endpoint = endpoint.context("serve without an endpoint")?;
+            let serve = cli.serve().context("serve without its arguments")?;
+            let mut server = crate::serve::Server::new(endpoint, windows, serve);
+            let (watch, failure) = watch_with(&mut server, &mut probes);
+            (watch, failure, server.into_symbolizer())
         }
     };
     let ended_by = watch.ended_by;

@@ -221,7 +221,10 @@ fn object_info(
     let data = unsafe { memmap2::Mmap::map(&file) };
     let info = data.ok().and_then(|data| parse_object(&data)).map(Arc::new);
     if info.is_none() {
-        log::debug!("no unwind info from {}", mapping.path.display());
+        log::debug!(
+            "no unwind info from {}",
+            crate::present::escaped_path(&mapping.path)
+        );
     }
     objects.insert(id, info.clone());
     info

@@ -4,10 +4,10 @@ mod common;
 
 use std::process::{Command, Output};
 
-use common::{bpf_available, TRACER};
+use common::{bpf_available, tracer};
 
 fn run(args: &[&str]) -> Output {
-    Command::new(TRACER)
+    Command::new(tracer())
         .args(args)
         .output()
         .expect("running tracer")
@@ -71,7 +71,7 @@ fn not_enough_privilege_names_the_capabilities() {
                 "--bounding-set=-all",
                 "--",
             ])
-            .arg(TRACER)
+            .arg(tracer())
             .args(["-p", &me])
             .output()
             .expect("setpriv (util-linux) is needed to drop privileges")
@@ -92,7 +92,7 @@ fn missing_tracepoint_is_named_with_its_kernel() {
     let fake = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(fake.path().join("events/sched")).unwrap();
     let me = std::process::id().to_string();
-    let out = Command::new(TRACER)
+    let out = Command::new(tracer())
         .env("MMAPSEM_TRACEFS", fake.path())
         .args(["-p", &me])
         .output()

@@ -6,7 +6,7 @@ mod common;
 use std::io::{BufRead as _, BufReader};
 use std::process::{Command, Stdio};
 
-use common::{bpf_available, json, serial, Workload, TRACER};
+use common::{bpf_available, json, serial, tracer, Workload};
 
 #[test]
 fn a_sigterm_while_the_programs_load_still_gives_a_report() {
@@ -17,14 +17,15 @@ fn a_sigterm_while_the_programs_load_still_gives_a_report() {
     let target = Workload::spawn(&["idle", "--seconds", "0"]);
     let dir = tempfile::tempdir().unwrap();
     let report = dir.path().join("report.json");
-    let tracer = Command::new(TRACER)
+    let tracer = Command::new(tracer())
         .args(["-p", &target.pid.to_string(), "--format", "json", "-o"])
         .arg(&report)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Long before "attached": loading and verifying the programs takes a second or more.
-    std::thread::sleep(std::time::Duration::from_millis(50));
+    // As soon as it catches SIGTERM, long before "attached": loading and verifying the
+    // programs takes a second or more (a fixed 50 ms came before the handler under emulation).
+    wait_until_it_catches_sigterm(tracer.id());
     unsafe { libc::kill(tracer.id() as i32, libc::SIGTERM) };
     let output = tracer.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -39,6 +40,27 @@ fn a_sigterm_while_the_programs_load_still_gives_a_report() {
     assert!(report["duration_ns"].is_u64(), "{report}");
 }
 
+/// Waits until process `pid` has a SIGTERM handler (SigCgt in /proc/PID/status).
+fn wait_until_it_catches_sigterm(pid: u32) {
+    let started = std::time::Instant::now();
+    loop {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let caught = status
+            .lines()
+            .find_map(|l| l.strip_prefix("SigCgt:"))
+            .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+            .unwrap_or(0);
+        if caught & (1 << (libc::SIGTERM - 1)) != 0 {
+            return;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "the tracer never caught SIGTERM"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 #[test]
 fn a_closed_stdout_ends_interval_reports_and_the_files_are_still_written() {
     if !bpf_available("a_closed_stdout_ends_interval_reports_and_the_files_are_still_written") {
@@ -49,7 +71,7 @@ fn a_closed_stdout_ends_interval_reports_and_the_files_are_still_written() {
     target.start();
     let dir = tempfile::tempdir().unwrap();
     let folded = dir.path().join("stacks.folded");
-    let mut tracer = Command::new(TRACER)
+    let mut tracer = Command::new(tracer())
         .args([
             "-p",
             &target.pid.to_string(),

@@ -6,6 +6,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use common::pprof::{go_pprof, raw_totals};
 use common::{bpf_available, serial, trace_workload, Tracer, Workload};
 use serde_json::Value;
 
@@ -323,8 +324,11 @@ fn interval_mode_prints_timestamped_reports() {
         return;
     }
     let _serial = serial();
+    // Seconds of workload scaled to the machine: under emulation the trace began too late
+    // for a 3 s run to span three intervals.
+    let seconds = (3 * common::slowdown()).to_string();
     let (result, _) = trace_workload(
-        &["churn", "--threads", "2", "--seconds", "3"],
+        &["churn", "--threads", "2", "--seconds", &seconds],
         &["-i", "0.5", "--reset", "-n", "2"],
     );
     let reports: Vec<&str> = result
@@ -393,4 +397,84 @@ fn sigterm_writes_the_exports_without_following_a_planted_symlink() {
 
 fn is_regular_file(path: &Path) -> bool {
     std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_file())
+}
+
+/// The --pprof profile read by a real consumer, `go tool pprof` (Debian's golang-go, which
+/// `cargo xtask test` installs), against the JSON report of the same trace: its samples add
+/// up to the report's waits and holds, and its heaviest wait stack is the report's.
+#[test]
+fn go_tool_pprof_reads_the_profile_with_the_reports_totals_and_top_stack() {
+    if !bpf_available("go_tool_pprof_reads_the_profile_with_the_reports_totals_and_top_stack") {
+        return;
+    }
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("mmap_lock.pb.gz");
+    let (result, _) = trace_workload(
+        &["churn", "--threads", "4", "--writer", "--seconds", "2"],
+        &["--pprof", profile.to_str().unwrap(), "--format", "json"],
+    );
+    let report = common::json(&result.stdout);
+    let entries = common::entries(&report);
+    let of_kind = |kind: &'static str| entries.iter().filter(move |e| e["kind"] == kind);
+    let sum = |kind: &'static str, field: &str| -> u64 {
+        of_kind(kind).map(|e| common::u(&e[field])).sum()
+    };
+    let want = [
+        sum("wait", "count"),
+        sum("wait", "total_ns"),
+        sum("hold", "count"),
+        sum("hold", "total_ns"),
+    ];
+
+    let got = raw_totals(&[], &profile);
+    assert_eq!(got, want, "pprof's sums of contentions, delay, holds, hold");
+    assert!(want[1] > 0 && want[3] > 0, "no waits or holds traced");
+
+    // The heaviest wait stack: its kernel frames, leaf first, as -traces lists them.
+    let top = of_kind("wait")
+        .max_by_key(|e| common::u(&e["total_ns"]))
+        .unwrap();
+    let top_kernel: Vec<&str> = top["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kernel"] == true)
+        .map(|f| f["symbol"].as_str().unwrap_or(""))
+        .collect();
+    assert!(
+        !top_kernel.is_empty(),
+        "top wait without kernel frames: {top}"
+    );
+    // -traces lists every sample (in no order of size): the wait with the largest delay.
+    let traces = go_pprof(&["-traces", "-unit=ns"], &profile);
+    let delay_of = |block: &str| -> u64 {
+        block
+            .lines()
+            .find_map(|l| {
+                l.split_whitespace()
+                    .next()?
+                    .strip_suffix("ns")?
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or(0)
+    };
+    let first = traces
+        .split("-----------+")
+        .skip(1)
+        .filter(|block| block.contains("kind:  wait"))
+        .max_by_key(|block| delay_of(block))
+        .unwrap_or_else(|| panic!("no wait trace in:\n{traces}"));
+    let functions: Vec<&str> = first
+        .lines()
+        // Not the labels ("cause:  munmap") nor the rest of the separator.
+        .filter(|l| !l.contains(": ") && !l.trim().is_empty() && !l.starts_with('-'))
+        .map(|l| l.split_whitespace().last().unwrap())
+        .collect();
+    assert_eq!(
+        &functions[..top_kernel.len()],
+        &top_kernel[..],
+        "pprof's top trace:\n{first}"
+    );
 }

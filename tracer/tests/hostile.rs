@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{bpf_available, json, serial, workload_path, Workload, TRACER};
+use common::{bpf_available, json, serial, tracer, workload_path, Workload};
 use serde_json::Value;
 
 /// "Does not hang": far above the few seconds each trace takes.
@@ -73,7 +73,7 @@ struct Run {
 fn trace(dir: &Path, target: &mut Target, args: &[&str]) -> Run {
     let report_path = dir.join(format!("report-{}", target.pid));
     let stderr_path = dir.join(format!("stderr-{}", target.pid));
-    let mut tracer = Command::new(TRACER)
+    let mut tracer = Command::new(tracer())
         .args(["-p", &target.pid.to_string(), "-o"])
         .arg(&report_path)
         .args(args)
@@ -204,7 +204,7 @@ fn trace_replaced(exe_name: &str, workload_seconds: &str, tracer_args: &[&str]) 
             "--kind",
             "replaced",
             "--decoy",
-            TRACER,
+            tracer(),
             "--seconds",
             workload_seconds,
         ],
@@ -282,9 +282,12 @@ fn names_the_target_controls_are_printed_escaped() {
     // A path with an escape sequence and a newline; the target also renames itself (comm).
     let exe = workload_copy(dir.path(), "hostile-\x1b[2Jwork\nload");
     let mut target = spawn_target(&exe, &["hostile", "--kind", "names", "--seconds", "3"]);
-    let run = trace(dir.path(), &mut target, &[]);
+    // -vv: the log lines that name the target's files must be escaped as well.
+    let run = trace(dir.path(), &mut target, &["-vv"]);
     assert_full_text_report(&run, "work");
     assert!(!run.report.contains('\x1b'), "raw escape:\n{}", run.report);
+    // The "attached ... tracing pid N (comm)" line and the log too.
+    assert!(!run.stderr.contains('\x1b'), "raw escape:\n{}", run.stderr);
     assert!(
         run.report.contains("(\\x1b[31mred\\nfake)"),
         "comm not escaped:\n{}",
@@ -345,12 +348,12 @@ fn settings_from_the_environment_are_ignored_with_file_capabilities() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
-    let tracer = dir.path().join("mmapsem-trace");
-    fs::copy(TRACER, &tracer).unwrap();
-    fs::set_permissions(&tracer, fs::Permissions::from_mode(0o755)).unwrap();
+    let capable = dir.path().join("mmapsem-trace");
+    fs::copy(tracer(), &capable).unwrap();
+    fs::set_permissions(&capable, fs::Permissions::from_mode(0o755)).unwrap();
     let setcap = Command::new("setcap")
         .arg("cap_bpf,cap_perfmon,cap_dac_read_search+ep")
-        .arg(&tracer)
+        .arg(&capable)
         .status()
         .expect("setcap");
     assert!(setcap.success());
@@ -360,7 +363,7 @@ fn settings_from_the_environment_are_ignored_with_file_capabilities() {
     let target = Workload::spawn(&["idle", "--seconds", "30", "--threads", "0"]);
     let out = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .arg(&tracer)
+        .arg(&capable)
         .args(["-p", &target.pid.to_string(), "-d", "0.5"])
         .env("MMAPSEM_TRACEFS", &fake)
         .output()
@@ -439,7 +442,7 @@ fn a_target_in_another_mount_namespace_is_symbolized_from_its_own_files() {
     fs::create_dir(&shown).unwrap();
     workload_copy(&real, "hostile-ns");
     // What the tracer's namespace sees at the path: another ELF object entirely.
-    fs::copy(TRACER, shown.join("hostile-ns")).unwrap();
+    fs::copy(tracer(), shown.join("hostile-ns")).unwrap();
     let script = format!(
         "mount --bind {real} {shown} && exec {shown}/hostile-ns --wait-signal churn \
          --threads 2 --seconds 20",

@@ -128,7 +128,12 @@ fn a_thread_is_never_given_more_calls_than_it_made() {
     std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
     assert!(workload.wait().unwrap().success());
     let result = tracer.finish();
-    assert!(result.status.success(), "tracer failed:\n{}", result.stderr);
+    assert!(
+        result.status.success(),
+        "tracer failed ({}):\n{}",
+        result.status,
+        result.stderr
+    );
     let holder_calls = common::value_of(&rest, "holder_calls");
     let report = json(&result.stdout);
 

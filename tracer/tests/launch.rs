@@ -5,7 +5,7 @@ mod common;
 
 use std::process::{Command, Output};
 
-use common::{bpf_available, workload_path, TRACER};
+use common::{bpf_available, tracer, workload_path};
 use serde_json::Value;
 
 /// Runs the tracer on `command`; the report goes to a file, since the command shares the
@@ -17,7 +17,7 @@ fn trace_command(command: &[&str]) -> (Output, Value) {
 fn trace_command_with(tracer_args: &[&str], command: &[&str]) -> (Output, Value) {
     let dir = tempfile::tempdir().unwrap();
     let report_path = dir.path().join("report.json");
-    let out = Command::new(TRACER)
+    let out = Command::new(tracer())
         .args(["--format", "json", "-o"])
         .arg(&report_path)
         .args(tracer_args)

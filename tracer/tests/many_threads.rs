@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{bpf_available, json, serial, u, Tracer, Workload};
+use common::{bpf_available, json, serial, slowdown, u, Tracer, Workload};
 
 const THREADS: &str = "2001";
 
@@ -19,13 +19,13 @@ fn two_thousand_contending_threads_are_traced_for_the_duration_without_loss() {
         "--threads",
         THREADS,
         "--seconds",
-        "12",
+        &(12 * slowdown()).to_string(),
         "--map-size",
         "64K",
     ]);
     workload.start();
     // Let every thread start and queue on the lock before the tracer loads its programs.
-    std::thread::sleep(std::time::Duration::from_secs(2));
+    std::thread::sleep(std::time::Duration::from_secs(2 * slowdown()));
     let mut tracer = Tracer::spawn(&[
         "-p".into(),
         workload.pid.to_string(),
@@ -57,6 +57,19 @@ fn two_thousand_contending_threads_are_traced_for_the_duration_without_loss() {
         .map(|(name, n)| (name, u(n)))
         .filter(|(name, n)| *n > 0 && !explained.contains(&name.as_str()))
         .collect();
+    // A stack collision (two stacks in one bucket of the chainless stack map) loses the
+    // stack of an event, never the event, and depends on which stacks meet, not on how many
+    // threads run: the 2 001 threads may not raise it past a trace of one in a thousand.
+    let acquisitions = u(&report["totals"]["write"]["acquisitions"])
+        + u(&report["totals"]["read"]["acquisitions"]);
+    let (collisions, losses): (Vec<_>, Vec<_>) = losses
+        .into_iter()
+        .partition(|(name, _)| name.ends_with("_stack_collision"));
+    let collided: u64 = collisions.iter().map(|(_, n)| n).sum();
+    assert!(
+        collided * 1000 <= acquisitions,
+        "{collided} stack collisions in {acquisitions} acquisitions"
+    );
     assert!(losses.is_empty(), "lost with the defaults: {losses:?}");
     assert!(
         u(&report["totals"]["write"]["acquisitions"]) > 1000,

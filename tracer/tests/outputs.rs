@@ -9,12 +9,12 @@ use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _, PermissionsExt as _}
 use std::path::Path;
 use std::process::{Command, Output};
 
-use common::{bpf_available, serial, trace_workload, TRACER};
+use common::{bpf_available, serial, trace_workload, tracer};
 
 /// The tracer on this test process for half a second, with `args`.
 fn trace_self(args: &[&str], dir: &Path) -> Output {
     let me = std::process::id().to_string();
-    Command::new(TRACER)
+    Command::new(tracer())
         .current_dir(dir)
         .args(["-p", &me, "-d", "0.5"])
         .args(args)

@@ -7,23 +7,13 @@ mod common;
 
 use std::process::Command;
 
-use common::{bpf_available, Tracer, Workload, TRACER};
+use common::{bpf_available, tracer, Tracer, Workload};
 use serde_json::Value;
 
 /// The tracer run as user nobody with exactly `caps` (setpriv syntax: `+bpf,+perfmon`).
 fn as_nobody(caps: &str, args: &[&str]) -> Command {
-    let mut command = Command::new("setpriv");
-    command
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            &format!("--inh-caps={caps}"),
-            &format!("--ambient-caps={caps}"),
-            "--",
-        ])
-        .arg(TRACER)
-        .args(args);
+    let mut command = common::as_nobody(std::path::Path::new(tracer()), caps);
+    command.args(args);
     command
 }
 

@@ -174,12 +174,15 @@ fn an_exited_processs_reused_mm_gets_no_outside_lockers() {
     let result = tracer.finish();
     assert!(result.status.success(), "{}", result.stderr);
     let report = json(&result.stdout);
-    // The tracer's own reads of the process while it lived are outside lockers too: not
-    // what this is about.
+    // The processes forked after the exit, whose new mms may reuse its mm_struct: their locks
+    // charged to it as an outside locker's would be the bug. (The tracer's own reads and
+    // khugepaged's scans of the process while it lived are real outside lockers.)
+    let reusers = ["taskset", "sh", "true"];
     let stray: Vec<&Value> = entries(&report)
         .iter()
         .filter(|e| e["pid"] == exited_pid && e["outside_locker"] == true)
         .filter(|e| e["locker"]["pid"] != tracer_pid)
+        .filter(|e| reusers.iter().any(|r| e["locker"]["comm"] == *r))
         .collect();
     assert!(
         stray.is_empty(),
@@ -215,10 +218,13 @@ fn exited_processes_without_collected_stacks_are_let_go() {
         return;
     }
     let _serial = serial();
+    // Two looks at dead processes (every 10 s) after the last sleeper exits: 22 s here;
+    // under emulation the hundred take seconds to start, so the trace lasts longer there.
+    let duration = 20 + 2 * common::slowdown();
     let mut tracer = Tracer::spawn(&[
         "-a".into(),
         "-d".into(),
-        "22".into(),
+        duration.to_string(),
         "--no-live".into(),
         "--max-entries".into(),
         "64".into(),

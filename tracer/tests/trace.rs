@@ -64,21 +64,36 @@ fn churn_shows_both_modes_waits_and_the_writer_paths() {
     );
     assert!(report["wait_share"].as_f64().unwrap() > 0.0);
 
-    let top_write_hold = entries(&report)
+    // The writer paths take most of the write holds. Counted, not timed, nor the top stack:
+    // under emulation on 6.1 the threads' start-up mprotects (their stack guards), preempted
+    // while holding, held the lock longest.
+    let writer_paths = [
+        "__vm_munmap",
+        "vm_mmap_pgoff",
+        "do_vmi_munmap",
+        "__x64_sys_munmap",
+        "__x64_sys_mmap",
+    ];
+    let write_holds: Vec<&Value> = entries(&report)
         .iter()
-        .find(|e| e["kind"] == "hold" && e["mode"] == "write" && e["stack_collected"] == true)
-        .expect("a write hold with a stack");
-    let syms = symbols(top_write_hold);
+        .filter(|e| e["kind"] == "hold" && e["mode"] == "write" && e["stack_collected"] == true)
+        .collect();
+    assert!(!write_holds.is_empty(), "no write hold with a stack");
+    let count = |e: &Value| e["count"].as_u64().unwrap();
+    let on_writer_paths: u64 = write_holds
+        .iter()
+        .filter(|e| {
+            symbols(e)
+                .iter()
+                .any(|s| writer_paths.contains(&s.as_str()))
+        })
+        .map(|e| count(e))
+        .sum();
+    let all_write_holds: u64 = write_holds.iter().map(|e| count(e)).sum();
     assert!(
-        syms.iter().any(|s| [
-            "__vm_munmap",
-            "vm_mmap_pgoff",
-            "do_vmi_munmap",
-            "__x64_sys_munmap",
-            "__x64_sys_mmap"
-        ]
-        .contains(&s.as_str())),
-        "top write hold names no mmap/munmap path: {syms:?}"
+        on_writer_paths * 2 > all_write_holds,
+        "mmap/munmap paths took {on_writer_paths} of {all_write_holds} write holds: {:?}",
+        write_holds.iter().map(|e| symbols(e)).collect::<Vec<_>>()
     );
     // Frame pointers are on in the workload: its own functions show above libc.
     assert!(
@@ -114,9 +129,25 @@ fn trace_known_hold(tracer_args: &[&str]) -> Value {
         trace_workload(&["hold", "--size-mib", "256", "--repeat", "3"], &args);
     let report = json(&result.stdout);
     let measured = value_of(&workload_out, "max_mprotect_ns") as f64;
-    let traced = report["totals"]["write"]["max_hold_ns"].as_u64().unwrap() as f64;
+    // The mprotect's own entry when stacks name it; --lean has only the longest write hold.
+    let of_mprotect = entries(&report)
+        .iter()
+        .filter(|e| e["kind"] == "hold" && e["mode"] == "write" && e["cause"] == "mprotect")
+        .filter_map(|e| e["max_ns"].as_u64())
+        .max();
+    let traced = of_mprotect
+        .unwrap_or_else(|| report["totals"]["write"]["max_hold_ns"].as_u64().unwrap())
+        as f64;
+    // Under emulation on a busy host, QEMU's thread can be descheduled inside any hold, and
+    // guest time runs on meanwhile: a short hold of another call can then outlast the
+    // mprotect. Without a cause to pick the mprotect out, only the lower bound holds there.
+    let upper = if of_mprotect.is_none() && common::slowdown() > 1 {
+        f64::INFINITY
+    } else {
+        measured * 1.02
+    };
     assert!(
-        traced <= measured * 1.02 && traced >= measured * 0.75,
+        traced <= upper && traced >= measured * 0.75,
         "max write hold {traced} ns vs mprotect's own {measured} ns: {:.1}% off",
         (traced - measured) / measured * 100.0
     );

@@ -93,7 +93,12 @@ fn trace_chain_workload() -> Run {
     unsafe { libc::kill(pid as i32, libc::SIGUSR1) };
     assert!(workload.wait().unwrap().success());
     let result = tracer.finish();
-    assert!(result.status.success(), "tracer failed:\n{}", result.stderr);
+    assert!(
+        result.status.success(),
+        "tracer failed ({}):\n{}",
+        result.status,
+        result.stderr
+    );
     Run {
         report: serde_json::from_str(&result.stdout).expect("JSON report"),
         timeline: serde_json::from_str(&std::fs::read_to_string(&timeline).unwrap())
@@ -169,7 +174,6 @@ fn unwinding_opens_objects_without_taking_the_targets_lock() {
     }
     let _serial = common::serial();
     let workload = common::Workload::spawn(&["churn", "--threads", "4", "--seconds", "6"]);
-    workload.start();
     let traced_s = 3;
     let mut tracer = Tracer::spawn(&[
         "-p".into(),
@@ -182,6 +186,9 @@ fn unwinding_opens_objects_without_taking_the_targets_lock() {
         "json".into(),
     ]);
     tracer.wait_attached();
+    // Started once traced: where loading takes longer than the workload's run (seconds
+    // under emulation), a workload started first would be over before the trace began.
+    workload.start();
     let tracer_pid = u64::from(tracer.pid());
     let result = tracer.finish();
     workload.finish();

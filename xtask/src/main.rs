@@ -4,6 +4,7 @@ mod bench;
 mod check;
 mod cmd;
 mod demo;
+mod package;
 mod parse;
 mod paths;
 mod setup;
@@ -41,6 +42,13 @@ enum Command {
         /// Check, and print what would be installed or mounted without doing it.
         #[arg(long)]
         dry_run: bool,
+    },
+    /// Build a Debian package (target/package/*.deb): the binary, man pages, bash/zsh/fish
+    /// completions and a systemd unit for `serve`.
+    Package {
+        /// Use the release binary already built instead of running `cargo build --release`.
+        #[arg(long)]
+        no_build: bool,
     },
     /// Set up, then build the workspace (release unless --debug).
     Build {
@@ -88,6 +96,10 @@ enum Command {
         /// Print the table only; leave BENCHMARKS.md alone.
         #[arg(long)]
         no_record: bool,
+        /// Soak the daemon (`mmapsem-trace serve`) beside processes that start and exit all
+        /// along, instead of a one-shot trace of one workload.
+        #[arg(long)]
+        serve: bool,
     },
     /// Run CMD as root on a Debian distribution kernel booted under QEMU, this machine's root
     /// file system as the guest's (read-only, under a throwaway overlay); exits with CMD's
@@ -154,11 +166,13 @@ fn run(command: Command) -> Result<()> {
             record: !no_record,
             only,
         }),
+        Command::Package { no_build } => package::run(!no_build).map(|_| ()),
         Command::Soak {
             minutes,
             no_build,
             no_record,
-        } => soak::run(minutes, !no_build, !no_record),
+            serve,
+        } => soak::run(minutes, !no_build, !no_record, serve),
         Command::Test { args } => check::run(&args),
         Command::Vm {
             kernel,
@@ -166,9 +180,8 @@ fn run(command: Command) -> Result<()> {
             command,
         } => {
             let timeout = std::time::Duration::from_secs(timeout);
-            let status = vm::run(kernel, &command, &[], timeout, &mut |line| {
-                println!("{line}")
-            })?;
+            let status =
+                vm::prepare(kernel)?.run(&command, &[], timeout, &mut |line| println!("{line}"))?;
             // The command's own status, as `ssh host CMD` passes it out.
             std::process::exit(status)
         }

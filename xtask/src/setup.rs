@@ -63,14 +63,18 @@ pub fn for_tracing(command: &str, build: bool) -> Result<()> {
 }
 
 /// Installs what `cargo xtask test` needs beyond building when it runs as root: Debian's perf,
-/// which the coexistence tests run beside the tracer, and tmux, the terminal in which the live
-/// view's tests run it.
+/// which the coexistence tests run beside the tracer, tmux, the terminal in which the live
+/// view's tests run it, and the consumers of the exports (go tool pprof, Prometheus's parser).
 pub fn for_tests() -> Result<()> {
     if !is_root() {
         return Ok(());
     }
     let mut setup = packages_only();
     setup.ensure_apt_package("linux-perf")?;
+    // go tool pprof reads the --pprof profiles in the exports test.
+    setup.ensure_apt_package("golang-go")?;
+    // The Prometheus project's parsers read serve's /metrics in the serve test.
+    setup.ensure_apt_package("python3-prometheus-client")?;
     setup.ensure_apt_package("tmux")
 }
 

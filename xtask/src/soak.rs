@@ -2,6 +2,10 @@
 //! 10 s, the tracer's resident memory, how full each of its eBPF maps is, and its lost-event
 //! counters, to show that memory stays flat over a long trace. Records the curve in
 //! BENCHMARKS.md.
+//!
+//! `--serve`: the daemon instead (`mmapsem-trace serve`, system-wide), scraped every 10 s
+//! as Prometheus would, while short-lived workload processes start and exit all along: its
+//! memory and maps must follow the processes alive, not all those it saw.
 
 use std::io::BufReader;
 use std::path::Path;
@@ -23,6 +27,13 @@ const SAMPLE_EVERY: Duration = Duration::from_secs(10);
 const EXIT_TIMEOUT: Duration = Duration::from_secs(60);
 const BEGIN_MARK: &str = "<!-- soak results: begin (written by cargo xtask soak) -->";
 const END_MARK: &str = "<!-- soak results: end -->";
+const SERVE_BEGIN_MARK: &str =
+    "<!-- soak --serve results: begin (written by cargo xtask soak --serve) -->";
+const SERVE_END_MARK: &str = "<!-- soak --serve results: end -->";
+/// The daemon's endpoint during the soak.
+const SERVE_LISTEN: &str = "127.0.0.1:19723";
+/// Short-lived workload processes kept running side by side, each 1 s of churn.
+const CHURNERS: usize = 3;
 
 /// One sample of the tracer's state.
 struct Sample {
@@ -33,11 +44,14 @@ struct Sample {
     lost: String,
 }
 
-pub fn run(minutes: u32, build: bool, record: bool) -> Result<()> {
+pub fn run(minutes: u32, build: bool, record: bool, serve: bool) -> Result<()> {
     if minutes == 0 {
         bail!("--minutes must be at least 1");
     }
     setup::for_tracing("soak", build)?;
+    if serve {
+        return run_serve(minutes, record);
+    }
     let seconds = u64::from(minutes) * 60;
     let (mut workload, stdout, pid) =
         spawn_held_workload(&["churn", "--threads", "8", "--seconds", &seconds.to_string()])?;
@@ -78,6 +92,116 @@ pub fn run(minutes: u32, build: bool, record: bool) -> Result<()> {
         eprintln!("soak: results written to {}", file.display());
     }
     Ok(())
+}
+
+/// The daemon beside processes that come and go, scraped every SAMPLE_EVERY.
+fn run_serve(minutes: u32, record: bool) -> Result<()> {
+    let seconds = u64::from(minutes) * 60;
+    let tracer_cmd = Cmd::new(&binary("mmapsem-trace")).args(&["serve", "--listen", SERVE_LISTEN]);
+    let mut tracer = Guarded::new(
+        "mmapsem-trace serve",
+        tracer_cmd.spawn(Stdio::null(), Stdio::piped())?,
+    );
+    let tracer_stderr = tracer.child.stderr.take().context("tracer stderr")?;
+    wait_for_line(tracer_stderr, "serving", &mut tracer)?;
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(seconds);
+    let processes = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let churners: Vec<_> = (0..CHURNERS)
+        .map(|_| {
+            let processes = Arc::clone(&processes);
+            thread::spawn(move || churn_processes(deadline, &processes))
+        })
+        .collect();
+    let tracer_pid = tracer.child.id();
+    let mut samples = Vec::new();
+    while Instant::now() < deadline {
+        thread::sleep(SAMPLE_EVERY);
+        let lost =
+            scrape_lost(SERVE_LISTEN).unwrap_or_else(|err| format!("scrape failed: {err:#}"));
+        let Some(sample) = take_sample(tracer_pid, started.elapsed(), &Mutex::new(lost)) else {
+            break;
+        };
+        eprintln!(
+            "soak: {} ({} processes so far)",
+            row(&sample),
+            processes.load(std::sync::atomic::Ordering::Relaxed)
+        );
+        samples.push(sample);
+    }
+    for churner in churners {
+        churner
+            .join()
+            .map_err(|_| anyhow::anyhow!("a churner panicked"))??;
+    }
+    Cmd::new("kill")
+        .args(&["-TERM", &tracer_pid.to_string()])
+        .run()?;
+    tracer.wait_for(EXIT_TIMEOUT)?;
+    let total = processes.load(std::sync::atomic::Ordering::Relaxed);
+    let results = render_serve(minutes, total, &samples);
+    println!("{results}");
+    if record {
+        let file = paths::workspace_root().join("BENCHMARKS.md");
+        record_between(&file, SERVE_BEGIN_MARK, SERVE_END_MARK, &results)?;
+        eprintln!("soak: results written to {}", file.display());
+    }
+    Ok(())
+}
+
+/// Runs 1 s churn processes one after another until `deadline`, counting them.
+fn churn_processes(deadline: Instant, started: &std::sync::atomic::AtomicU64) -> Result<()> {
+    while Instant::now() < deadline {
+        Cmd::new(&binary("mmapsem-workload"))
+            .args(&["churn", "--threads", "2", "--seconds", "1"])
+            .probe_ok()?;
+        started.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+/// The non-zero lost-event counters of a scrape of /metrics, and the number of series.
+fn scrape_lost(address: &str) -> Result<String> {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(address)?;
+    write!(stream, "GET /metrics HTTP/1.0\r\nHost: {address}\r\n\r\n")?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let mut lost = Vec::new();
+    let mut series = "?".to_string();
+    for line in response.lines() {
+        if let Some(rest) = line.strip_prefix("mmapsem_trace_lost_events_total{counter=\"") {
+            let (name, value) = rest.split_once("\"} ").unwrap_or((rest, "0"));
+            if value.trim() != "0" {
+                lost.push(format!("{name}={}", value.trim()));
+            }
+        } else if let Some(n) = line.strip_prefix("mmapsem_trace_series ") {
+            series = n.trim().to_string();
+        }
+    }
+    let lost = if lost.is_empty() {
+        "0".to_string()
+    } else {
+        lost.join(", ")
+    };
+    Ok(format!("{lost} ({series} series)"))
+}
+
+fn render_serve(minutes: u32, processes: u64, samples: &[Sample]) -> String {
+    let mut out = format!(
+        "Soak of {minutes} min: `mmapsem-trace serve` (system-wide, timing only) scraped every \
+         {} s, while {CHURNERS} loops started short `churn --threads 2 --seconds 1` processes \
+         one after another ({processes} processes in all): the daemon's RSS, its hash maps \
+         holding entries (entries/capacity), and the scrape's non-zero lost counters and \
+         series.\n\n\
+         | s | RSS (MiB) | map occupancy | lost so far (series) |\n|---:|---:|---|---|\n",
+        SAMPLE_EVERY.as_secs()
+    );
+    for sample in samples {
+        out.push_str(&row(sample));
+        out.push('\n');
+    }
+    out
 }
 
 fn binary(name: &str) -> String {

@@ -60,34 +60,68 @@ const STATUS_MARK: &str = "mmapsem-vm: exit status ";
 /// Modules that mount the host's root over virtio 9p with an overlay on it, leaves first
 /// where they depend on each other (their dependencies are added from their modinfo).
 const MODULES: [&str; 5] = ["virtio_pci", "9pnet_virtio", "9p", "overlay", "virtio_rng"];
+/// About how many times slower a TCG guest runs than the host (a tracer's load: 0.8 s on the
+/// host, 8 s in the guest).
+const TCG_SLOWDOWN: u32 = 10;
 /// How long a kernel gets to come up under KVM before it is taken to need TCG.
 const KVM_PROBE: Duration = Duration::from_secs(25);
 
-/// Runs `command` in the guest, with `env` besides the variables passed through, handing each
-/// line it prints to `on_line`; returns its exit status.
-pub fn run(
+/// A kernel fetched and unpacked, with the accelerator it runs under: what `run` needs, made
+/// one kernel at a time (apt and the KVM probe) so that guests can then boot side by side.
+pub struct Prepared {
     kernel: Kernel,
-    command: &[String],
-    env: &[(&str, String)],
-    timeout: Duration,
-    on_line: &mut dyn FnMut(&str),
-) -> Result<i32> {
-    if command.is_empty() {
-        bail!(
-            "nothing to run: cargo xtask vm --kernel {} -- CMD",
-            kernel.name()
-        );
-    }
+    dir: PathBuf,
+    tree: PathBuf,
+    accel: Accel,
+}
+
+/// Installs what the guests need and fetches `kernel` (once; cached under target/vm).
+pub fn prepare(kernel: Kernel) -> Result<Prepared> {
     setup::for_vm()?;
     let dir = paths::target_dir().join("vm").join(kernel.name());
     let tree = fetch_kernel(kernel, &dir)?;
     let accel = accelerator(&dir, &tree)?;
-    let script = guest_script(command, env);
-    let initramfs = dir.join("initramfs.cpio");
-    build_initramfs(&tree, &script, &initramfs)?;
-    let run = boot(&tree, &initramfs, accel, timeout, Some(on_line))?;
-    run.status
-        .ok_or_else(|| anyhow!("the guest ended without the command's exit status"))
+    Ok(Prepared {
+        kernel,
+        dir,
+        tree,
+        accel,
+    })
+}
+
+impl Prepared {
+    pub fn kernel(&self) -> Kernel {
+        self.kernel
+    }
+
+    /// Runs `command` in the guest, with `env` besides the variables passed through, handing
+    /// each line it prints to `on_line`; returns its exit status.
+    pub fn run(
+        &self,
+        command: &[String],
+        env: &[(&str, String)],
+        timeout: Duration,
+        on_line: &mut dyn FnMut(&str),
+    ) -> Result<i32> {
+        if command.is_empty() {
+            bail!(
+                "nothing to run: cargo xtask vm --kernel {} -- CMD",
+                self.kernel.name()
+            );
+        }
+        let mut env = env.to_vec();
+        if self.accel == Accel::Tcg {
+            // For the tests: how many times slower than the host this guest runs, to scale
+            // their workloads' durations (not their measurements) by.
+            env.push(("MMAPSEM_SLOWDOWN", TCG_SLOWDOWN.to_string()));
+        }
+        let script = guest_script(command, &env);
+        let initramfs = self.dir.join("initramfs.cpio");
+        build_initramfs(&self.tree, &script, &initramfs)?;
+        let run = boot(&self.tree, &initramfs, self.accel, timeout, Some(on_line))?;
+        run.status
+            .ok_or_else(|| anyhow!("the guest ended without the command's exit status"))
+    }
 }
 
 /// The unpacked kernel package under `dir/kernel`, fetched the first time.
@@ -273,6 +307,11 @@ mount -t devtmpfs dev /newroot/dev
 mkdir -p /newroot/dev/pts /newroot/dev/shm
 mount -t devpts devpts /newroot/dev/pts
 mount -t tmpfs tmpfs /newroot/dev/shm
+# What udev makes on a booted system; without them "/dev/stdout" names no file at all.
+ln -s /proc/self/fd /newroot/dev/fd
+ln -s /proc/self/fd/0 /newroot/dev/stdin
+ln -s /proc/self/fd/1 /newroot/dev/stdout
+ln -s /proc/self/fd/2 /newroot/dev/stderr
 mount -t tmpfs tmpfs /newroot/run
 mount -t tracefs tracefs /newroot/sys/kernel/tracing
 mount -t debugfs debugfs /newroot/sys/kernel/debug
@@ -280,6 +319,8 @@ mount -t bpf bpf /newroot/sys/fs/bpf
 mount -t cgroup2 cgroup2 /newroot/sys/fs/cgroup
 cp /command /newroot/tmp/.mmapsem-vm-command
 hostname mmapsem-vm
+# Loopback for the daemon's tests (no other network: the guest has no NIC).
+ip link set lo up || ifconfig lo 127.0.0.1 up || echo "mmapsem-vm: no loopback"
 echo "{UP_MARK}, kernel $(uname -r)"
 chroot /newroot /bin/sh /tmp/.mmapsem-vm-command < /dev/null
 echo "{STATUS_MARK}$?"
@@ -541,7 +582,10 @@ fn boot(
     let mut qemu = Command::new("qemu-system-x86_64");
     match accel {
         Accel::Kvm => qemu.args(["-accel", "kvm", "-cpu", "host"]),
-        Accel::Tcg => qemu.args(["-accel", "tcg,thread=multi", "-cpu", "max"]),
+        // One host thread for all vCPUs: with one per vCPU (thread=multi), QEMU 7.2 let a
+        // vCPU run a tracepoint's call site while another patched it (attaching a program),
+        // and 6.12 died of the int3 left there ("Oops: int3" in __schedule).
+        Accel::Tcg => qemu.args(["-accel", "tcg,thread=single", "-cpu", "max"]),
     };
     let cpus = std::thread::available_parallelism().map_or(2, |n| n.get().min(4));
     qemu.args([

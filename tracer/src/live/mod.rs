@@ -119,7 +119,7 @@ impl LiveView {
 }
 
 impl Sink for LiveView {
-    fn on_tick(&mut self, probes: &Probes, watch: &Watch) -> Result<Flow> {
+    fn on_tick(&mut self, probes: &Probes, watch: &mut Watch) -> Result<Flow> {
         for command in self.commands.try_iter() {
             match command {
                 Command::Quit => return Ok(Flow::Stop),

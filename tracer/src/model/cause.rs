@@ -23,6 +23,23 @@ pub enum Cause {
 }
 
 impl Cause {
+    /// The name in machine-read outputs (JSON, metric labels): snake_case, as serde writes it.
+    pub fn id(self) -> &'static str {
+        match self {
+            Cause::PageFault => "page_fault",
+            Cause::Mmap => "mmap",
+            Cause::Munmap => "munmap",
+            Cause::Mprotect => "mprotect",
+            Cause::Brk => "brk",
+            Cause::Mremap => "mremap",
+            Cause::Madvise => "madvise",
+            Cause::ProcReader => "proc_reader",
+            Cause::Exit => "exit",
+            Cause::Other => "other",
+            Cause::NoStack => "no_stack",
+        }
+    }
+
     pub fn label(self) -> &'static str {
         match self {
             Cause::PageFault => "page fault",
@@ -171,6 +188,18 @@ fn base_name(symbol: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ids_are_what_json_says() {
+        use Cause::*;
+        for cause in [
+            PageFault, Mmap, Munmap, Mprotect, Brk, Mremap, Madvise, ProcReader, Exit, Other,
+            NoStack,
+        ] {
+            let json = serde_json::to_string(&cause).unwrap();
+            assert_eq!(json, format!("\"{}\"", cause.id()));
+        }
+    }
 
     fn stack(symbols: &[&str]) -> Vec<Frame> {
         symbols

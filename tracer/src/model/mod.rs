@@ -8,6 +8,7 @@ pub mod invariants;
 pub mod processes;
 pub mod report;
 pub mod self_cost;
+pub mod series;
 pub mod thread_time;
 pub mod timeline;
 pub mod unwound;
@@ -90,6 +91,16 @@ pub struct Harvest {
 }
 
 impl Harvest {
+    /// Drops what belongs to processes that are gone (the mm owner's or an outside locker's),
+    /// as the kernel maps do once a daemon has folded them (`Probes::forget_processes`).
+    pub fn forget_processes(&mut self, gone: &HashSet<u32>) {
+        let of_gone = |k: &AggKey| gone.contains(&k.pid) || gone.contains(&k.locker_pid);
+        self.entries.retain(|e| !of_gone(&e.key));
+        self.blocked.retain(|(k, _)| !of_gone(&k.waiter));
+        self.sleeps.retain(|(k, _)| !of_gone(&k.hold));
+        self.locker_comms.retain(|pid, _| !gone.contains(pid));
+    }
+
     /// Every stack the report will show: entries' and timeline events' own, the holders their
     /// waits were charged to, and the stacks holders slept in. User stacks belong to the
     /// process that took them.
@@ -218,3 +229,35 @@ pub enum StackRef {
 
 /// Symbolized stacks, looked up by the ids in `AggKey`.
 pub type Symbols = HashMap<StackRef, Vec<Frame>>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forgetting_processes_drops_theirs_as_owner_or_outside_locker() {
+        let entry = |pid, locker_pid| {
+            RawEntry::exact(
+                AggKey {
+                    pid,
+                    locker_pid,
+                    ..AggKey::default()
+                },
+                AggValue::default(),
+            )
+        };
+        let mut harvest = Harvest {
+            entries: vec![entry(1, 0), entry(2, 0), entry(2, 3)],
+            locker_comms: [(3, "ps".to_string()), (4, "top".to_string())].into(),
+            ..Harvest::default()
+        };
+        harvest.forget_processes(&[1, 3].into());
+        let left: Vec<(u32, u32)> = harvest
+            .entries
+            .iter()
+            .map(|e| (e.key.pid, e.key.locker_pid))
+            .collect();
+        assert_eq!(left, [(2, 0)]);
+        assert_eq!(harvest.locker_comms.keys().collect::<Vec<_>>(), [&4]);
+    }
+}

@@ -4,6 +4,8 @@
 pub mod csv;
 pub mod folded;
 pub mod json;
+pub mod openmetrics;
+pub mod pprof;
 pub mod svg;
 pub mod text;
 pub mod trace_event;
@@ -38,6 +40,11 @@ pub fn escaped(name: &str) -> Cow<'_, str> {
         }
     }
     Cow::Owned(out)
+}
+
+/// A path the target controls, escaped like `escaped` (for log lines as much as reports).
+pub fn escaped_path(path: &std::path::Path) -> String {
+    escaped(&path.to_string_lossy()).into_owned()
 }
 
 fn needs_escape(c: char) -> bool {

@@ -90,3 +90,55 @@ fn lookup_all_in<K: Pod, V: Pod>(data: &MapData) -> Result<Option<Vec<(K, V)>>> 
         };
     }
 }
+
+/// BPF_MAP_DELETE_ELEM from include/uapi/linux/bpf.h.
+const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
+
+/// The element-operation members of `union bpf_attr`.
+#[repr(C)]
+struct ElemAttr {
+    map_fd: u32,
+    _pad: u32,
+    key: u64,
+    value: u64,
+    flags: u64,
+}
+
+/// Deletes `keys` from a hash map shared by all CPUs; returns how many were there. Through the
+/// map's fd, so that a reader holding the map (`&Map`) can delete.
+pub fn delete_keys<K: Pod>(map: &Map, keys: &[K]) -> Result<usize> {
+    let data = match map {
+        Map::HashMap(data) | Map::LruHashMap(data) => data,
+        _ => bail!("deleting from a map that is not a shared hash map"),
+    };
+    let fd = data.fd().as_fd().as_raw_fd();
+    let mut deleted = 0;
+    for key in keys {
+        let attr = ElemAttr {
+            map_fd: fd as u32,
+            _pad: 0,
+            key: key as *const K as u64,
+            value: 0,
+            flags: 0,
+        };
+        // SAFETY: attr points at a live key of the map's key size for the call.
+        let ret = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_MAP_DELETE_ELEM,
+                &attr as *const ElemAttr,
+                std::mem::size_of::<ElemAttr>(),
+            )
+        };
+        if ret == 0 {
+            deleted += 1;
+            continue;
+        }
+        let errno = std::io::Error::last_os_error();
+        // Gone already (an LRU evicted it): nothing to do.
+        if errno.raw_os_error() != Some(libc::ENOENT) {
+            return Err(anyhow!("BPF_MAP_DELETE_ELEM: {errno}"));
+        }
+    }
+    Ok(deleted)
+}

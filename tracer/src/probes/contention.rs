@@ -57,7 +57,9 @@ const BTF_PROGRAMS: [(&str, &str); 2] = [
 fn load_btf(ebpf: &mut Ebpf) -> Result<()> {
     let btf = super::kernel_btf()?;
     for (name, event) in BTF_PROGRAMS {
-        super::program::<BtfTracePoint>(ebpf, name)?.load(event, &btf)?;
+        super::program::<BtfTracePoint>(ebpf, name)?
+            .load(event, &btf)
+            .map_err(|e| super::load_failed(e, &format!("loading {name}")))?;
     }
     Ok(())
 }

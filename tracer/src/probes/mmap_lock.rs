@@ -103,7 +103,9 @@ fn attach_target_lifecycle(ebpf: &mut Ebpf) {
     ] {
         let attached = super::kernel_btf().and_then(|btf| {
             let program = super::program::<BtfTracePoint>(ebpf, name)?;
-            program.load(name, &btf)?;
+            program
+                .load(name, &btf)
+                .map_err(|e| super::load_failed(e, &format!("loading {name}")))?;
             program.attach()?;
             Ok(())
         });
@@ -117,9 +119,11 @@ fn attach_target_lifecycle(ebpf: &mut Ebpf) {
 pub(super) fn load_btf(ebpf: &mut Ebpf, programs: &[&str; 3]) -> Result<()> {
     let btf = super::kernel_btf()?;
     for (name, event) in programs.iter().zip(LOCK_EVENTS) {
-        super::program::<BtfTracePoint>(ebpf, name)?
+        let program = super::program::<BtfTracePoint>(ebpf, name)?;
+        program
             .load(event, &btf)
-            .map_err(|e| super::explain_permission(anyhow!(e), &format!("loading {name}")))?;
+            .map_err(|e| super::load_failed(e, &format!("loading {name}")))?;
+        super::log_verified(name, program.info());
     }
     Ok(())
 }
@@ -139,9 +143,11 @@ pub(super) fn attach_btf(ebpf: &mut Ebpf, programs: &[&str; 3]) -> Result<()> {
 /// Loads `programs` (in LOCK_EVENTS order) and attaches them to the classic tracepoints.
 pub(super) fn attach_classic(ebpf: &mut Ebpf, programs: &[&str; 3]) -> Result<()> {
     for name in programs {
-        super::program::<TracePoint>(ebpf, name)?
+        let program = super::program::<TracePoint>(ebpf, name)?;
+        program
             .load()
-            .map_err(|e| super::explain_permission(anyhow!(e), &format!("loading {name}")))?;
+            .map_err(|e| super::load_failed(e, &format!("loading {name}")))?;
+        super::log_verified(name, program.info());
     }
     for (name, tp) in programs.iter().zip(CLASSIC) {
         super::program::<TracePoint>(ebpf, name)?

@@ -21,12 +21,12 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context as _, Result};
 use aya::{
     maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, StackTraceMap},
-    programs::{trace_point::TracePointLink, TracePoint},
+    programs::{trace_point::TracePointLink, ProgramError, ProgramInfo, TracePoint},
     Ebpf, EbpfLoader, Pod,
 };
 use tracer_common::{
     holder_slot, lean_agg_index, totals_index, AggKey, AggValue, BlockKey, BlockValue, Config,
-    Counter, FastTargets, HolderRecord, LockState, ModeTotals, StateKey, SyscallTotals,
+    Counter, FastTargets, HolderRecord, LockState, ModeTotals, SleepKey, StateKey, SyscallTotals,
     COUNTER_SLOTS, EXITED_LIFETIME_NS, EXITED_THREADS, FAST_TARGETS, KIND_HOLD, KIND_WAIT,
     MODE_READ, MODE_WRITE, NO_STACK, PER_THREAD_ALWAYS, PER_THREAD_WHILE_ROOM, TOTALS_SLOTS,
 };
@@ -254,17 +254,52 @@ fn attach_tracepoints(
     let program = program::<TracePoint>(ebpf, name)?;
     program
         .load()
-        .map_err(|e| explain_permission(anyhow!(e), &format!("loading {name}")))?;
+        .map_err(|e| load_failed(e, &format!("loading {name}")))?;
+    let mut attached = Vec::new();
     for tp in tps {
-        let id = program.attach(tp.category, tp.name).map_err(|e| {
-            explain_permission(
-                anyhow!(e),
-                &format!("attaching {}:{}", tp.category, tp.name),
-            )
-        })?;
-        links.0.push(program.take_link(id)?);
+        match program.attach(tp.category, tp.name) {
+            Ok(id) => attached.push(program.take_link(id)?),
+            Err(err) if is_refused(&err) => {
+                // These families are optional: the trace goes on without this one (the links
+                // attached so far are dropped, which detaches them).
+                log::warn!(
+                    "cannot attach tracepoint {}:{} ({err}): {name} is left out{}",
+                    tp.category,
+                    tp.name,
+                    perf_paranoia_hint()
+                );
+                return Ok(false);
+            }
+            Err(err) => {
+                return Err(explain_permission(
+                    anyhow!(err),
+                    &format!("attaching {}:{}", tp.category, tp.name),
+                ))
+            }
+        }
     }
+    links.0.extend(attached);
     Ok(true)
+}
+
+/// A classic tracepoint's perf_event_open refused for want of privilege.
+fn is_refused(err: &aya::programs::ProgramError) -> bool {
+    let text = format!("{err:#}");
+    text.contains("Permission denied") || text.contains("Operation not permitted")
+}
+
+/// Why perf_event_open refuses a process with CAP_PERFMON: Debian's kernels read
+/// kernel.perf_event_paranoid 3 (their default) as perf events for CAP_SYS_ADMIN only.
+fn perf_paranoia_hint() -> String {
+    let level = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").unwrap_or_default();
+    match level.trim().parse::<i32>() {
+        Ok(level) if level >= 3 => format!(
+            "; kernel.perf_event_paranoid is {level}, which leaves classic tracepoints to \
+             CAP_SYS_ADMIN on Debian's kernels (sysctl kernel.perf_event_paranoid=2, or root, \
+             lets them attach)"
+        ),
+        _ => String::new(),
+    }
 }
 
 impl Probes {
@@ -551,6 +586,52 @@ impl Probes {
         read_stacks(&map, &ids).remove(&id)
     }
 
+    /// Deletes the kernel entries of processes that are gone, as the mm owner or as an outside
+    /// locker: nothing adds to them any more, and a daemon that has folded them into its
+    /// series must not let the dead fill its maps. Returns the entries deleted.
+    pub fn forget_processes(&self, gone: &HashSet<u32>) -> Result<usize> {
+        if gone.is_empty() {
+            return Ok(0);
+        }
+        let of_gone = |k: &AggKey| gone.contains(&k.pid) || gone.contains(&k.locker_pid);
+        let mut deleted = delete_where::<AggKey, AggValue>(&self.ebpf, "AGG", of_gone)?;
+        // Empty without attribution (--lean): one read each.
+        deleted +=
+            delete_where::<BlockKey, BlockValue>(&self.ebpf, "BLOCKED", |k| of_gone(&k.waiter))?;
+        deleted += delete_where::<SleepKey, u64>(&self.ebpf, "SLEEPS", |k| of_gone(&k.hold))?;
+        let comms: Vec<u32> = gone.iter().copied().collect();
+        deleted += delete_from(&self.ebpf, "LOCKER_COMMS", &comms)?;
+        Ok(deleted)
+    }
+
+    /// The threads with a lock state, each with whether it still holds an aggregation left
+    /// pending (which user space must not drop).
+    pub fn thread_states(&self) -> Result<Vec<(StateKey, bool)>> {
+        Ok(
+            read_shared::<StateKey, LockState>(&self.ebpf, "LOCK_STATE")?
+                .into_iter()
+                .map(|(key, st)| {
+                    let pending =
+                        st.pending_wait.is_some() || st.pending_holds.iter().any(|h| h.is_some());
+                    (key, pending)
+                })
+                .collect(),
+        )
+    }
+
+    /// Deletes the per-thread state of threads that are gone: their lock states (`states`),
+    /// and by thread id, what attribution keeps of them. The maps are LRUs, so the dead would
+    /// only be evicted once full, with the living among them.
+    pub fn forget_threads(&self, states: &[StateKey]) -> Result<usize> {
+        let mut deleted = delete_from(&self.ebpf, "LOCK_STATE", states)?;
+        let mut tids: Vec<u32> = states.iter().map(|k| k.tid).collect();
+        tids.dedup();
+        for name in ["TID_HOLDING", "SYSCALLS_ACTIVE"] {
+            deleted += delete_from(&self.ebpf, name, &tids)?;
+        }
+        Ok(deleted)
+    }
+
     /// Reads the cumulative maps while the programs keep running (the live and interval
     /// views). The timeline is left alone: it is drained by `drain_timeline` and `harvest`.
     pub fn snapshot(&self) -> Result<Harvest> {
@@ -734,6 +815,27 @@ where
     Ok(T::try_from(m)?)
 }
 
+/// Deletes the keys of the shared hash map `name` that `doomed` picks.
+fn delete_where<K: Pod, V: Pod>(
+    ebpf: &Ebpf,
+    name: &str,
+    doomed: impl Fn(&K) -> bool,
+) -> Result<usize> {
+    let keys: Vec<K> = read_shared::<K, V>(ebpf, name)?
+        .into_iter()
+        .map(|(k, _)| k)
+        .filter(|k| doomed(k))
+        .collect();
+    delete_from(ebpf, name, &keys)
+}
+
+fn delete_from<K: Pod>(ebpf: &Ebpf, name: &str, keys: &[K]) -> Result<usize> {
+    let map = ebpf
+        .map(name)
+        .ok_or_else(|| anyhow!("eBPF object has no map {name}"))?;
+    batch::delete_keys(map, keys).with_context(|| format!("deleting from {name}"))
+}
+
 /// Every key of the hash map `name` (shared by all CPUs), with its value: in batches where the
 /// kernel has them, else one key at a time.
 fn read_shared<K: Pod, V: Pod>(ebpf: &Ebpf, name: &str) -> Result<Vec<(K, V)>> {
@@ -884,6 +986,64 @@ fn raise_memlock_limit() {
     }
 }
 
+/// How close a loaded program came to the verifier's limit of a million instructions: the
+/// margin that older kernels' verifiers, which prune less, eat into.
+pub(crate) fn log_verified(name: &str, info: Result<ProgramInfo, ProgramError>) {
+    if let Some(count) = info.ok().and_then(|info| info.verified_instruction_count()) {
+        log::debug!("{name}: the verifier processed {count} instructions");
+    }
+}
+
+/// A program's load error, with the verifier's log cut to what says why (its whole log, often
+/// thousands of lines, would be the "one line" of the error; -vv logs it).
+pub(crate) fn load_failed(err: aya::programs::ProgramError, doing: &str) -> anyhow::Error {
+    if let aya::programs::ProgramError::LoadError {
+        io_error,
+        verifier_log,
+    } = &err
+    {
+        let log = verifier_log.to_string();
+        log::debug!("verifier log of {doing}:\n{log}");
+        return explain_permission(
+            anyhow!(
+                "BPF_PROG_LOAD: {io_error}; the verifier said: {}",
+                verifier_summary(&log)
+            ),
+            doing,
+        );
+    }
+    explain_permission(anyhow!(err), doing)
+}
+
+/// The verifier's last word (its verdict ends the instruction trace) and its instruction
+/// count, from a log that ends with statistics.
+fn verifier_summary(log: &str) -> String {
+    let lines: Vec<&str> = log
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let is_statistic = |l: &&str| {
+        l.starts_with("processed ")
+            || l.starts_with("verification time")
+            || l.starts_with("stack depth")
+    };
+    let verdict = lines
+        .iter()
+        .rev()
+        .find(|l| !is_statistic(l))
+        .copied()
+        .unwrap_or("no log");
+    let processed = lines.iter().find(|l| l.starts_with("processed "));
+    let mut summary: String = verdict.chars().take(240).collect();
+    if let Some(processed) = processed {
+        summary.push_str(" (");
+        summary.extend(processed.chars().take(120));
+        summary.push(')');
+    }
+    summary
+}
+
 /// Turns EPERM from the kernel into the capability the user must add.
 fn explain_permission(err: anyhow::Error, doing: &str) -> anyhow::Error {
     let text = crate::cli::error_line(&err);
@@ -912,6 +1072,23 @@ mod tests {
             value,
             max_is_upper_bound: false,
         }
+    }
+
+    #[test]
+    fn a_verifier_log_is_cut_to_its_verdict_and_count() {
+        let log = "0: R1=ctx() R10=fp0\n; let x = 1;\n\
+                   3207: (2d) if r1 > r2 goto pc-747 BPF program is too large. Processed 1000001 insn\n\
+                   verification time 47047524 usec\nstack depth 368+0+120+72\n\
+                   processed 1000001 insns (limit 1000000) max_states_per_insn 58\n";
+        let summary = verifier_summary(log);
+        assert!(summary.starts_with("3207: (2d)"), "{summary}");
+        assert!(summary.contains("BPF program is too large"), "{summary}");
+        assert!(
+            summary.contains("(processed 1000001 insns (limit 1000000)"),
+            "{summary}"
+        );
+        assert!(!summary.contains('\n'));
+        assert_eq!(verifier_summary(""), "no log");
     }
 
     #[test]

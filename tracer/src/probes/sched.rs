@@ -15,7 +15,11 @@ pub fn attach(ebpf: &mut Ebpf) -> Result<bool> {
     };
     let program = super::program::<BtfTracePoint>(ebpf, "sched_switch")?;
     if let Err(err) = program.load("sched_switch", &btf) {
-        log::warn!("cannot load the sched_switch BTF tracepoint ({err}): holders' off-CPU time is left out");
+        let err = super::load_failed(err, "loading the sched_switch BTF tracepoint");
+        log::warn!(
+            "{}: holders' off-CPU time is left out",
+            crate::cli::error_line(&err)
+        );
         return Ok(false);
     }
     program

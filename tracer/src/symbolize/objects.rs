@@ -15,6 +15,7 @@ use std::rc::Rc;
 
 use object::Object as _;
 
+use crate::present::escaped_path;
 use crate::system::procfs::{self, Mapping};
 
 /// Where separate debug files are looked for, and only there: root installs them, whereas the
@@ -103,7 +104,7 @@ impl ObjectFiles {
             Err(err) => {
                 log::info!(
                     "not symbolizing frames in {}: {err:#}",
-                    mapping.path.display()
+                    escaped_path(&mapping.path)
                 );
                 None
             }
@@ -167,13 +168,13 @@ fn find_debug_file(
             continue;
         };
         if check == Check::Crc && !crc_matches(&file, crc) {
-            log::debug!("{} does not match its debug link", path.display());
+            log::debug!("{} does not match its debug link", escaped_path(&path));
             continue;
         }
         log::debug!(
             "debug info for {} from {}",
-            recorded_path.display(),
-            path.display()
+            escaped_path(recorded_path),
+            escaped_path(&path)
         );
         return Some(DebugFile {
             path: fd_path(&file),

@@ -8,9 +8,31 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+pub mod http;
+pub mod pprof;
 pub mod screen;
 
-pub const TRACER: &str = env!("CARGO_BIN_EXE_mmapsem-trace");
+/// The tracer binary: $MMAPSEM_TRACER (`cargo xtask test` sets it to the release build inside
+/// the emulated Debian kernels, where a debug build loads three times slower) or the one cargo
+/// built beside these tests.
+pub fn tracer() -> &'static str {
+    static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        std::env::var("MMAPSEM_TRACER")
+            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_mmapsem-trace").to_string())
+    })
+}
+
+/// How many times slower than a native run this machine is: $MMAPSEM_SLOWDOWN, which
+/// `cargo xtask vm` sets in an emulated guest (default 1). Tests scale the durations of their
+/// workloads by it where the tracer must still find them running after it has loaded.
+pub fn slowdown() -> u64 {
+    std::env::var("MMAPSEM_SLOWDOWN")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+        .max(1)
+}
 
 /// Compiles the C file `source` with the machine's gcc and `flags` into `output`.
 #[allow(dead_code)] // Not every test file builds C.
@@ -91,7 +113,7 @@ pub fn workload_path() -> PathBuf {
     if let Some(path) = std::env::var_os("MMAPSEM_WORKLOAD") {
         return path.into();
     }
-    let sibling = PathBuf::from(TRACER).with_file_name("mmapsem-workload");
+    let sibling = PathBuf::from(tracer()).with_file_name("mmapsem-workload");
     assert!(
         sibling.exists(),
         "{} missing: build it first (cargo build -p workload) or set MMAPSEM_WORKLOAD",
@@ -166,6 +188,25 @@ pub fn value_of(output: &str, key: &str) -> u64 {
         .unwrap()
 }
 
+/// `program` run as user nobody with exactly the capabilities `caps` (setpriv's syntax:
+/// `+bpf,+perfmon`), as ambient capabilities (as `setcap` on the binary, or a systemd unit's
+/// AmbientCapabilities, would give them), and no others even in its bounding set.
+pub fn as_nobody(program: &std::path::Path, caps: &str) -> Command {
+    let mut command = Command::new("setpriv");
+    command
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            &format!("--inh-caps=-all,{caps}"),
+            &format!("--ambient-caps={caps}"),
+            &format!("--bounding-set=-all,{caps}"),
+            "--",
+        ])
+        .arg(program);
+    command
+}
+
 /// A running tracer whose stderr is watched for the "attached" line.
 pub struct Tracer {
     child: Child,
@@ -181,7 +222,7 @@ pub struct TracerResult {
 
 impl Tracer {
     pub fn spawn(args: &[String]) -> Self {
-        let mut command = Command::new(TRACER);
+        let mut command = Command::new(tracer());
         command.args(args);
         Self::spawn_command(command)
     }
@@ -215,21 +256,27 @@ impl Tracer {
 
     /// Blocks until the tracer says it is attached; panics with its stderr if it never does.
     pub fn wait_attached(&mut self) {
+        self.wait_line("attached");
+    }
+
+    /// Blocks until the tracer prints a line containing `text` on stderr and returns it;
+    /// panics with its stderr if it never does.
+    pub fn wait_line(&mut self, text: &str) -> String {
         loop {
             // Not a speed bound: loading takes minutes under emulation (the Debian kernels
             // in CI run under TCG), and a tracer that never attaches still fails here.
             match self.stderr_lines.recv_timeout(Duration::from_secs(600)) {
                 Ok(line) => {
-                    let attached = line.contains("attached");
-                    self.stderr_seen.push(line);
-                    if attached {
-                        return;
+                    let found = line.contains(text);
+                    self.stderr_seen.push(line.clone());
+                    if found {
+                        return line;
                     }
                 }
                 Err(_) => {
                     let _ = self.child.kill();
                     panic!(
-                        "tracer never attached; stderr:\n{}",
+                        "tracer never said {text:?}; stderr:\n{}",
                         self.stderr_seen.join("\n")
                     );
                 }

@@ -1,0 +1,374 @@
+//! `mmapsem-trace serve` beside real workloads, read by real consumers: the Prometheus
+//! project's Python parsers for /metrics, `go tool pprof` for /debug/pprof/mmap_lock.
+
+mod common;
+
+use std::io::Write as _;
+use std::net::{SocketAddr, TcpStream};
+use std::process::Command;
+
+use common::http::{http_get, serving_address};
+use common::pprof::{go_pprof, raw_totals};
+use common::{bpf_available, serial, Tracer, Workload};
+use serde_json::Value;
+
+/// A running daemon and the address it said it serves on.
+struct Daemon {
+    tracer: Tracer,
+    address: SocketAddr,
+}
+
+impl Daemon {
+    fn start(args: &[&str]) -> Self {
+        let mut all = vec!["serve".to_string()];
+        all.extend(args.iter().map(|a| a.to_string()));
+        let mut tracer = Tracer::spawn(&all);
+        tracer.wait_attached();
+        let line = tracer.wait_line("serving http://");
+        let address = serving_address(&line);
+        Self { tracer, address }
+    }
+
+    fn get(&self, path: &str, accept: Option<&str>) -> (u16, Vec<u8>) {
+        http_get(self.address, path, accept).unwrap_or_else(|err| panic!("GET {path}: {err}"))
+    }
+
+    /// SIGTERM; the daemon must exit 0 and say nothing is wrong.
+    fn stop(self) -> String {
+        unsafe { libc::kill(self.tracer.pid() as i32, libc::SIGTERM) };
+        let result = self.tracer.finish();
+        assert!(result.status.success(), "{}", result.stderr);
+        result.stderr
+    }
+}
+
+/// The samples of an exposition as the Prometheus project's Python client parses them (the
+/// OpenMetrics parser checks histograms whole: buckets that only grow, +Inf equal to _count).
+fn parsed_samples(text: &str, openmetrics: bool) -> Vec<Value> {
+    let script = r#"
+import json, sys
+from prometheus_client.parser import text_string_to_metric_families as prometheus
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics
+parse = openmetrics if sys.argv[1] == "openmetrics" else prometheus
+samples = [
+    {"family": f.name, "type": f.type, "name": s.name, "labels": s.labels, "value": s.value}
+    for f in parse(sys.stdin.read()) for s in f.samples
+]
+print(json.dumps(samples))
+"#;
+    // Debian's python, whose python3-prometheus-client `cargo xtask test` installs (a python
+    // of pyenv's may come first on PATH).
+    let mut child = Command::new("/usr/bin/python3")
+        .args([
+            "-c",
+            script,
+            if openmetrics {
+                "openmetrics"
+            } else {
+                "prometheus"
+            },
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    // A parser that fails early closes its stdin: its error is what to show, not the pipe's.
+    let _ = child.stdin.take().unwrap().write_all(text.as_bytes());
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "the parser refused the exposition (apt-get install python3-prometheus-client): {}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice::<Value>(&out.stdout)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+/// Sum of the samples named `name` whose labels include every pair of `labels`.
+fn sum_of(samples: &[Value], name: &str, labels: &[(&str, &str)]) -> f64 {
+    samples
+        .iter()
+        .filter(|s| s["name"] == name)
+        .filter(|s| labels.iter().all(|(k, v)| s["labels"][*k] == *v))
+        .map(|s| s["value"].as_f64().unwrap())
+        .sum()
+}
+
+/// The operations of the JSON report's entries of `pid`'s own threads, by kind.
+fn report_counts(report: &Value, pid: u32, kind: &str) -> u64 {
+    common::entries(report)
+        .iter()
+        .filter(|e| e["pid"] == pid && e["outside_locker"] == false && e["kind"] == kind)
+        .map(|e| common::u(&e["count"]))
+        .sum()
+}
+
+/// The daemon (system-wide, timing only) and a one-shot `-p PID --format json` trace of the
+/// same workload, from its first lock operation to its exit: the histograms' counts for that
+/// pid, read by both of Prometheus's parsers, are the report's waits and holds.
+#[test]
+fn metrics_add_up_to_a_one_shot_report_of_the_same_workload() {
+    let test = "metrics_add_up_to_a_one_shot_report_of_the_same_workload";
+    if !bpf_available(test) {
+        return;
+    }
+    let _serial = serial();
+    let workload = Workload::spawn(&["churn", "--threads", "4", "--writer", "--seconds", "2"]);
+    let pid = workload.pid;
+    let daemon = Daemon::start(&["--listen", "127.0.0.1:0", "--label-pid"]);
+    let mut one_shot = Tracer::spawn(&[
+        "-p".into(),
+        pid.to_string(),
+        "--lean".into(),
+        "--format".into(),
+        "json".into(),
+    ]);
+    one_shot.wait_attached();
+    workload.start();
+    workload.finish();
+    let result = one_shot.finish();
+    assert!(result.status.success(), "{}", result.stderr);
+    let report = common::json(&result.stdout);
+
+    let (status, prometheus) = daemon.get("/metrics", None);
+    assert_eq!(status, 200);
+    let (status, openmetrics) = daemon.get(
+        "/metrics",
+        Some("application/openmetrics-text; version=1.0.0"),
+    );
+    assert_eq!(status, 200);
+    let openmetrics = String::from_utf8(openmetrics).unwrap();
+    assert!(openmetrics.trim_end().ends_with("# EOF"), "{openmetrics}");
+    let pid_label = pid.to_string();
+    for (samples, format) in [
+        (
+            parsed_samples(&String::from_utf8(prometheus).unwrap(), false),
+            "prometheus",
+        ),
+        (parsed_samples(&openmetrics, true), "openmetrics"),
+    ] {
+        for kind in ["wait", "hold"] {
+            let labels = [("pid", pid_label.as_str()), ("kind", kind)];
+            let counted = sum_of(&samples, "mmap_lock_seconds_count", &labels) as u64;
+            let in_buckets = sum_of(
+                &samples,
+                "mmap_lock_seconds_bucket",
+                &[labels[0], labels[1], ("le", "+Inf")],
+            ) as u64;
+            let want = report_counts(&report, pid, kind);
+            assert!(want > 100, "{kind}: the workload made only {want}");
+            assert_eq!(counted, in_buckets, "{format} {kind}: _count and +Inf");
+            assert_eq!(
+                counted, want,
+                "{format} {kind}: the daemon's count for pid {pid} against the one-shot report's"
+            );
+        }
+        // The trace's own figures are there too.
+        assert!(
+            sum_of(&samples, "mmap_lock_acquisitions_total", &[]) > 0.0,
+            "{format}"
+        );
+        assert!(
+            samples
+                .iter()
+                .any(|s| s["name"] == "mmapsem_trace_lost_events_total"
+                    && s["labels"]["counter"] == "series_cap"),
+            "{format}"
+        );
+    }
+    daemon.stop();
+}
+
+/// The daemon's profile of a window holding the workload's whole run, read by `go tool pprof`:
+/// its contentions and holds for the workload's own threads are the daemon's /metrics counts
+/// for that pid, and its top functions by delay are the mm paths the workload waits in.
+#[test]
+fn a_profile_from_the_daemon_is_read_by_go_tool_pprof() {
+    let test = "a_profile_from_the_daemon_is_read_by_go_tool_pprof";
+    if !bpf_available(test) {
+        return;
+    }
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let workload = Workload::spawn(&["churn", "--threads", "4", "--writer", "--seconds", "2"]);
+    let pid = workload.pid;
+    let daemon = Daemon::start(&["--listen", "127.0.0.1:0", "--stacks", "--label-pid"]);
+    let seconds = 6 * common::slowdown();
+    let address = daemon.address;
+    let path = format!("/debug/pprof/mmap_lock?seconds={seconds}");
+    let profile_request = std::thread::spawn(move || http_get(address, &path, None).unwrap());
+    // The window opens when the loop takes the request (at its next tick, 100 ms): well before
+    // the workload's first operation.
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    workload.start();
+    workload.finish();
+    let (status, body) = profile_request.join().unwrap();
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let profile = dir.path().join("mmap_lock.pb.gz");
+    std::fs::write(&profile, body).unwrap();
+
+    // The samples of the workload's own threads (not of /proc readers of its memory).
+    let focus = format!("-tagfocus=pid={pid}");
+    let got = raw_totals(&[&focus, "-tagignore=outside_locker=."], &profile);
+    assert!(
+        got[0] > 100 && got[2] > 100,
+        "few samples for pid {pid}: {got:?}"
+    );
+    let (status, metrics) = daemon.get("/metrics", None);
+    assert_eq!(status, 200);
+    let samples = parsed_samples(&String::from_utf8(metrics).unwrap(), false);
+    let pid_label = pid.to_string();
+    let count = |kind| {
+        sum_of(
+            &samples,
+            "mmap_lock_seconds_count",
+            &[("pid", pid_label.as_str()), ("kind", kind)],
+        ) as u64
+    };
+    assert_eq!(
+        [got[0], got[2]],
+        [count("wait"), count("hold")],
+        "the profile's contentions and holds against /metrics"
+    );
+    let top = go_pprof(&["-top", "-nodecount=3", &focus], &profile);
+    assert!(top.contains("Type: delay"), "{top}");
+    assert!(
+        top.contains("lock_mm_and_find_vma")
+            || top.contains("vm_mmap_pgoff")
+            || top.contains("__vm_munmap"),
+        "the workload's waits are in the mm paths:\n{top}"
+    );
+    daemon.stop();
+}
+
+/// By default the daemon listens on loopback only: port 9723 answers there and not on the
+/// machine's other address. An address given with --listen is taken as said.
+#[test]
+fn the_default_endpoint_is_loopback_only() {
+    let test = "the_default_endpoint_is_loopback_only";
+    if !bpf_available(test) {
+        return;
+    }
+    let _serial = serial();
+    let outward = outward_address().expect("a non-loopback address on this machine");
+    let daemon = Daemon::start(&[]);
+    assert_eq!(daemon.address, "127.0.0.1:9723".parse().unwrap());
+    let (status, _) = daemon.get("/metrics", None);
+    assert_eq!(status, 200);
+    let beyond = SocketAddr::new(outward, 9723);
+    assert!(
+        TcpStream::connect(beyond).is_err(),
+        "the default endpoint answered on {beyond}"
+    );
+    daemon.stop();
+
+    let everywhere = Daemon::start(&["--listen", "0.0.0.0:0"]);
+    let port = everywhere.address.port();
+    assert!(
+        TcpStream::connect(SocketAddr::new(outward, port)).is_ok(),
+        "--listen 0.0.0.0 did not listen on {outward}"
+    );
+    let stderr = everywhere.stop();
+    assert!(stderr.contains("beyond loopback"), "{stderr}");
+}
+
+/// The address this machine would send from: a UDP "connection" picks it without a packet.
+fn outward_address() -> Option<std::net::IpAddr> {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    socket.connect("192.0.2.1:9").ok()?;
+    let ip = socket.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+}
+
+/// A port already taken is one line and a failure before anything loads; bad requests get
+/// their HTTP errors and the daemon goes on.
+#[test]
+fn a_taken_port_and_bad_requests_are_refused_clearly() {
+    let test = "a_taken_port_and_bad_requests_are_refused_clearly";
+    if !bpf_available(test) {
+        return;
+    }
+    let _serial = serial();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = taken.local_addr().unwrap().to_string();
+    let out = Command::new(common::tracer())
+        .args(["serve", "--listen", &address])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains(&format!("listening on {address}")) && !stderr.contains("attached"),
+        "{stderr}"
+    );
+    let out = Command::new(common::tracer())
+        .args(["serve", "--listen", "localhost"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "a usage error");
+
+    let daemon = Daemon::start(&["--listen", "127.0.0.1:0"]);
+    assert_eq!(daemon.get("/nothing", None).0, 404);
+    assert_eq!(daemon.get("/debug/pprof/mmap_lock?seconds=0", None).0, 400);
+    assert_eq!(daemon.get("/debug/pprof/mmap_lock?seconds=x", None).0, 400);
+    assert_eq!(daemon.get("/metrics", None).0, 200);
+    daemon.stop();
+}
+
+/// Processes that come and go: once gone and folded, their kernel entries are deleted (the
+/// daemon's maps follow the living), and their series keep every operation they made.
+#[test]
+fn gone_processes_leave_the_maps_and_stay_in_the_series() {
+    let test = "gone_processes_leave_the_maps_and_stay_in_the_series";
+    if !bpf_available(test) {
+        return;
+    }
+    let _serial = serial();
+    let mut daemon = Daemon::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "-vv",
+        "--comm",
+        "mmapsem-workloa",
+    ]);
+    let holds = |daemon: &Daemon| {
+        let (status, body) = daemon.get("/metrics", None);
+        assert_eq!(status, 200);
+        let samples = parsed_samples(&String::from_utf8(body).unwrap(), false);
+        let comms: std::collections::HashSet<String> = samples
+            .iter()
+            .filter_map(|s| s["labels"]["comm"].as_str().map(str::to_string))
+            .collect();
+        assert!(
+            comms.iter().all(|c| c == "mmapsem-workloa"),
+            "--comm let others through: {comms:?}"
+        );
+        sum_of(&samples, "mmap_lock_seconds_count", &[("kind", "hold")]) as u64
+    };
+    let mut last = 0;
+    for round in 0..3 {
+        let workload = Workload::spawn(&["churn", "--threads", "2", "--seconds", "1"]);
+        workload.start();
+        workload.finish();
+        // Two folds after the exit: the first sees the process gone, the second forgets it.
+        let seen = holds(&daemon);
+        let after = holds(&daemon);
+        assert!(seen > last, "round {round}: {seen} holds after {last}");
+        assert_eq!(after, seen, "round {round}: forgetting lost operations");
+        last = after;
+    }
+    let forgot = daemon.tracer.wait_line("forgot");
+    let entries: u64 = forgot
+        .split(": ")
+        .last()
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no entry count in {forgot:?}"));
+    assert!(entries > 0, "{forgot}");
+    daemon.stop();
+}
