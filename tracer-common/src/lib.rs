@@ -197,6 +197,24 @@ impl ModeTotals {
         self.hold_ns += o.hold_ns;
         self.max_hold_ns = max(self.max_hold_ns, o.max_hold_ns);
     }
+
+    /// What these running totals gained since `before` (the same totals, read earlier).
+    /// Maxima do not subtract: they come back 0, for the caller to take from the window's
+    /// entries.
+    pub fn since(&self, before: &ModeTotals) -> ModeTotals {
+        ModeTotals {
+            acquisitions: self.acquisitions.saturating_sub(before.acquisitions),
+            failed_trylocks: self.failed_trylocks.saturating_sub(before.failed_trylocks),
+            interrupted: self.interrupted.saturating_sub(before.interrupted),
+            downgrades: self.downgrades.saturating_sub(before.downgrades),
+            waits: self.waits.saturating_sub(before.waits),
+            wait_ns: self.wait_ns.saturating_sub(before.wait_ns),
+            max_wait_ns: 0,
+            holds: self.holds.saturating_sub(before.holds),
+            hold_ns: self.hold_ns.saturating_sub(before.hold_ns),
+            max_hold_ns: 0,
+        }
+    }
 }
 
 #[inline(always)]
@@ -561,6 +579,16 @@ impl SyscallTotals {
         self.lock_wait_ns += o.lock_wait_ns;
         self.lock_hold_ns += o.lock_hold_ns;
     }
+
+    /// What these running totals gained since `before`.
+    pub fn since(&self, before: &SyscallTotals) -> SyscallTotals {
+        SyscallTotals {
+            count: self.count.saturating_sub(before.count),
+            total_ns: self.total_ns.saturating_sub(before.total_ns),
+            lock_wait_ns: self.lock_wait_ns.saturating_sub(before.lock_wait_ns),
+            lock_hold_ns: self.lock_hold_ns.saturating_sub(before.lock_hold_ns),
+        }
+    }
 }
 
 /// Slots of the per-CPU fault counter array.
@@ -655,6 +683,20 @@ impl BlockValue {
         count: 0,
         wait_ns: 0,
     };
+
+    /// Adds another CPU's (or thread's) value of the same holder.
+    pub fn merge(&mut self, o: &BlockValue) {
+        self.count += o.count;
+        self.wait_ns += o.wait_ns;
+    }
+
+    /// What this running value gained since `before`.
+    pub fn since(&self, before: &BlockValue) -> BlockValue {
+        BlockValue {
+            count: self.count.saturating_sub(before.count),
+            wait_ns: self.wait_ns.saturating_sub(before.wait_ns),
+        }
+    }
 }
 
 /// A hold (its aggregation key) and a kernel stack its thread slept in.

@@ -9,31 +9,47 @@
 use std::collections::HashMap;
 
 use tracer_common::{
-    AggKey, AggValue, BlockKey, BlockValue, ModeTotals, SleepKey, SyscallTotals, HIST_SLOTS,
-    KIND_WAIT,
+    AggKey, AggValue, BlockKey, BlockValue, ModeTotals, SleepKey, HIST_SLOTS, KIND_WAIT,
 };
 
 use super::{Harvest, RawEntry};
 
 /// What happened after `before` and up to `now` (both cumulative snapshots of one trace).
+///
+/// Every field is named, none taken by `..`: a new field of `Harvest` does not compile until
+/// it says here whether it is a running total (its window is a difference) or a state or
+/// lookup table (the window shows it as it is now).
 pub fn since(now: &Harvest, before: &Harvest) -> Harvest {
+    let Harvest {
+        entries,
+        stacks,
+        totals,
+        counters,
+        locker_comms,
+        in_flight,
+        blocked,
+        sleeps,
+        syscalls,
+        faults,
+        features,
+        timeline: _,
+        estimated_user_stacks,
+        run_stats,
+    } = now;
     let earlier: HashMap<&AggKey, &AggValue> =
         before.entries.iter().map(|e| (&e.key, &e.value)).collect();
-    let entries: Vec<RawEntry> = now
-        .entries
+    let entries: Vec<RawEntry> = entries
         .iter()
         .map(|e| entry_since(e, earlier.get(&e.key).copied()))
         .filter(|e| e.value.count > 0)
         .collect();
-    let mut totals = now.totals;
-    for (slot, t) in totals.iter_mut().enumerate() {
-        *t = totals_since(t, &before.totals[slot], &entries, slot);
-    }
+    let totals = std::array::from_fn(|slot| {
+        totals_since(&totals[slot], &before.totals[slot], &entries, slot)
+    });
     Harvest {
         entries,
         totals,
-        counters: now
-            .counters
+        counters: counters
             .iter()
             .map(|&(c, n)| {
                 let old = before
@@ -44,24 +60,19 @@ pub fn since(now: &Harvest, before: &Harvest) -> Harvest {
                 (c, n.saturating_sub(old))
             })
             .collect(),
-        blocked: keyed_since(&now.blocked, &before.blocked, |n, o| BlockValue {
-            count: n.count.saturating_sub(o.count),
-            wait_ns: n.wait_ns.saturating_sub(o.wait_ns),
-        }),
-        sleeps: keyed_since(&now.sleeps, &before.sleeps, |n, o| n.saturating_sub(*o)),
-        syscalls: std::array::from_fn(|i| {
-            let (n, o) = (&now.syscalls[i], &before.syscalls[i]);
-            SyscallTotals {
-                count: n.count.saturating_sub(o.count),
-                total_ns: n.total_ns.saturating_sub(o.total_ns),
-                lock_wait_ns: n.lock_wait_ns.saturating_sub(o.lock_wait_ns),
-                lock_hold_ns: n.lock_hold_ns.saturating_sub(o.lock_hold_ns),
-            }
-        }),
-        faults: std::array::from_fn(|i| now.faults[i].saturating_sub(before.faults[i])),
-        run_stats: super::self_cost::since(&now.run_stats, &before.run_stats),
+        blocked: keyed_since(blocked, &before.blocked, BlockValue::since),
+        sleeps: keyed_since(sleeps, &before.sleeps, |n, o| n.saturating_sub(*o)),
+        syscalls: std::array::from_fn(|i| syscalls[i].since(&before.syscalls[i])),
+        faults: std::array::from_fn(|i| faults[i].saturating_sub(before.faults[i])),
+        run_stats: super::self_cost::since(run_stats, &before.run_stats),
+        // The window's timeline is read from its ring buffer, not from snapshots.
         timeline: Vec::new(),
-        ..now.clone()
+        // Lookup tables and states: as they are now.
+        stacks: stacks.clone(),
+        locker_comms: locker_comms.clone(),
+        in_flight: *in_flight,
+        features: features.clone(),
+        estimated_user_stacks: estimated_user_stacks.clone(),
     }
 }
 
@@ -150,16 +161,9 @@ fn totals_since(
             .unwrap_or(0)
     };
     ModeTotals {
-        acquisitions: now.acquisitions.saturating_sub(before.acquisitions),
-        failed_trylocks: now.failed_trylocks.saturating_sub(before.failed_trylocks),
-        interrupted: now.interrupted.saturating_sub(before.interrupted),
-        downgrades: now.downgrades.saturating_sub(before.downgrades),
-        waits: now.waits.saturating_sub(before.waits),
-        wait_ns: now.wait_ns.saturating_sub(before.wait_ns),
         max_wait_ns: max_of(KIND_WAIT),
-        holds: now.holds.saturating_sub(before.holds),
-        hold_ns: now.hold_ns.saturating_sub(before.hold_ns),
         max_hold_ns: max_of(tracer_common::KIND_HOLD),
+        ..now.since(before)
     }
 }
 
@@ -170,45 +174,61 @@ fn totals_slot(key: &AggKey) -> usize {
 /// Merges per-thread entries of the targets' own threads into per-process ones (the live view
 /// collects per thread so that it can switch views without reloading the programs). Outside
 /// lockers keep their thread id, as they do in every report.
+///
+/// Every field is named, as in `since`: a new one must say whether it is keyed by thread.
 pub fn without_threads(harvest: &Harvest) -> Harvest {
-    let mut merged: Vec<RawEntry> = Vec::with_capacity(harvest.entries.len());
-    let mut index: HashMap<AggKey, usize> = HashMap::new();
-    for e in &harvest.entries {
-        let mut key = e.key;
-        if key.locker_pid == 0 {
-            key.tid = 0;
-        }
-        match index.get(&key) {
-            Some(&i) => merged[i].merge(e),
-            None => {
-                index.insert(key, merged.len());
-                merged.push(RawEntry { key, ..e.clone() });
-            }
-        }
-    }
+    let Harvest {
+        entries,
+        stacks,
+        totals,
+        counters,
+        locker_comms,
+        in_flight,
+        blocked,
+        sleeps,
+        syscalls,
+        faults,
+        features,
+        timeline,
+        estimated_user_stacks,
+        run_stats,
+    } = harvest;
     let untid = |mut key: AggKey| {
         if key.locker_pid == 0 {
             key.tid = 0;
         }
         key
     };
+    let mut merged: Vec<RawEntry> = Vec::with_capacity(entries.len());
+    let mut index: HashMap<AggKey, usize> = HashMap::new();
+    for e in entries {
+        let key = untid(e.key);
+        match index.get(&key) {
+            Some(&i) => merged[i].merge(e),
+            None => {
+                index.insert(key, merged.len());
+                merged.push(RawEntry {
+                    key,
+                    value: e.value,
+                    max_is_upper_bound: e.max_is_upper_bound,
+                });
+            }
+        }
+    }
     Harvest {
         entries: merged,
         blocked: merge_keyed(
-            harvest.blocked.iter().map(|(k, v)| {
+            blocked.iter().map(|(k, v)| {
                 let key = BlockKey {
                     waiter: untid(k.waiter),
                     ..*k
                 };
                 (key, *v)
             }),
-            |into, v| {
-                into.count += v.count;
-                into.wait_ns += v.wait_ns;
-            },
+            BlockValue::merge,
         ),
         sleeps: merge_keyed(
-            harvest.sleeps.iter().map(|(k, v)| {
+            sleeps.iter().map(|(k, v)| {
                 let key = SleepKey {
                     hold: untid(k.hold),
                     ..*k
@@ -217,12 +237,19 @@ pub fn without_threads(harvest: &Harvest) -> Harvest {
             }),
             |into, v| *into += v,
         ),
-        estimated_user_stacks: harvest
-            .estimated_user_stacks
-            .iter()
-            .map(|&k| untid(k))
-            .collect(),
-        ..harvest.clone()
+        estimated_user_stacks: estimated_user_stacks.iter().map(|&k| untid(k)).collect(),
+        // Not keyed by the targets' threads: as they are. (Timeline events keep their thread:
+        // each is one thread's wait or hold.)
+        stacks: stacks.clone(),
+        totals: *totals,
+        counters: counters.clone(),
+        locker_comms: locker_comms.clone(),
+        in_flight: *in_flight,
+        syscalls: *syscalls,
+        faults: *faults,
+        features: features.clone(),
+        timeline: timeline.clone(),
+        run_stats: run_stats.clone(),
     }
 }
 

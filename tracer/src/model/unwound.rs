@@ -535,9 +535,7 @@ fn split_side_tables(harvest: &mut Harvest, split_into: &HashMap<AggKey, Parts>)
                 let mut into_key = key;
                 into_key.waiter = waiter_part;
                 into_key.holder.user_stack = user_stack;
-                let into = blocked.entry(into_key).or_default();
-                into.count += piece.count;
-                into.wait_ns += piece.wait_ns;
+                blocked.entry(into_key).or_default().merge(&piece);
             }
         }
     }
