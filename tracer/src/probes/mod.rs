@@ -6,6 +6,8 @@ mod contention;
 mod faults;
 pub mod floor;
 mod mmap_lock;
+#[cfg(test)]
+mod object_names;
 mod pending;
 mod sched;
 mod self_cost;
@@ -25,10 +27,11 @@ use aya::{
     Ebpf, EbpfLoader, Pod,
 };
 use tracer_common::{
-    holder_slot, lean_agg_index, totals_index, AggKey, AggValue, BlockKey, BlockValue, Config,
-    Counter, FastTargets, HolderRecord, LockState, ModeTotals, SleepKey, StateKey, SyscallTotals,
-    COUNTER_SLOTS, EXITED_LIFETIME_NS, EXITED_THREADS, FAST_TARGETS, KIND_HOLD, KIND_WAIT,
-    MODE_READ, MODE_WRITE, NO_STACK, PER_THREAD_ALWAYS, PER_THREAD_WHILE_ROOM, TOTALS_SLOTS,
+    holder_slot, lean_agg_index, map_names, totals_index, AggKey, AggValue, BlockKey, BlockValue,
+    Config, Counter, FastTargets, HolderRecord, LockState, ModeTotals, SleepKey, StateKey,
+    SyscallTotals, COUNTER_SLOTS, EXITED_LIFETIME_NS, EXITED_THREADS, FAST_TARGETS, KIND_HOLD,
+    KIND_WAIT, MODE_READ, MODE_WRITE, NO_STACK, PER_THREAD_ALWAYS, PER_THREAD_WHILE_ROOM,
+    TOTALS_SLOTS,
 };
 
 use self::timeline::TimelineReader;
@@ -346,22 +349,26 @@ impl Probes {
         raise_memlock_limit();
         let mut loader = EbpfLoader::new();
         if settings.system_wide || settings.inherit {
-            for name in ["TARGET_MMS", "HOLDERS", "LOCKER_COMMS"] {
+            for name in [
+                map_names::TARGET_MMS,
+                map_names::HOLDERS,
+                map_names::LOCKER_COMMS,
+            ] {
                 loader.map_max_entries(name, SYSTEM_WIDE_PROCESSES);
             }
         }
         if settings.inherit {
             // The command's processes alive at once (a make -j's compilers and their children).
-            loader.map_max_entries("TARGET_TGIDS", INHERITED_PROCESSES);
+            loader.map_max_entries(map_names::TARGET_TGIDS, INHERITED_PROCESSES);
         }
         let mut ebpf = loader
-            .override_global("CONFIG", &config, true)
-            .map_max_entries("AGG", settings.max_entries)
-            .map_max_entries("BLOCKED", settings.max_entries)
-            .map_max_entries("HOLDER_INFO", config.holder_slots_mask + 1)
-            .map_max_entries("STACKS", settings.max_stacks)
+            .override_global(map_names::CONFIG, &config, true)
+            .map_max_entries(map_names::AGG, settings.max_entries)
+            .map_max_entries(map_names::BLOCKED, settings.max_entries)
+            .map_max_entries(map_names::HOLDER_INFO, config.holder_slots_mask + 1)
+            .map_max_entries(map_names::STACKS, settings.max_stacks)
             .map_max_entries(
-                "TIMELINE",
+                map_names::TIMELINE,
                 if timeline_on {
                     settings.ring_bytes.unwrap_or(timeline::RING_BYTES)
                 } else {
@@ -369,7 +376,7 @@ impl Probes {
                 },
             )
             .map_max_entries(
-                "USER_STACKS",
+                map_names::USER_STACKS,
                 if copies_on {
                     settings.ring_bytes.unwrap_or(user_stacks::RING_BYTES)
                 } else {
@@ -431,7 +438,7 @@ impl Probes {
     /// Where the trace starts, for the lifetimes of threads that exit during it: call it just
     /// before arming, with the same clock as bpf_ktime_get_ns.
     pub fn set_trace_start(&mut self, monotonic_ns: u64) -> Result<()> {
-        let mut start: Array<_, u64> = map(&mut self.ebpf, "TRACE_START")?;
+        let mut start: Array<_, u64> = map(&mut self.ebpf, map_names::TRACE_START)?;
         start
             .set(0, monotonic_ns, 0)
             .context("setting TRACE_START")?;
@@ -445,7 +452,7 @@ impl Probes {
 
     /// The processes the programs follow from the listed targets' forks, alive now (inherit).
     pub fn inherited_pids(&self) -> Result<Vec<u32>> {
-        let tgids: BpfHashMap<_, u32, u32> = map_ref(&self.ebpf, "TARGET_TGIDS")?;
+        let tgids: BpfHashMap<_, u32, u32> = map_ref(&self.ebpf, map_names::TARGET_TGIDS)?;
         Ok(tgids
             .iter()
             .filter_map(|r| r.ok())
@@ -456,26 +463,26 @@ impl Probes {
 
     /// (summed lifetimes inside the trace in ns, number) of the target threads that exited.
     pub fn exited_threads(&self) -> Result<(u64, u64)> {
-        let exits: PerCpuArray<_, u64> = map_ref(&self.ebpf, "THREAD_EXITS")?;
+        let exits: PerCpuArray<_, u64> = map_ref(&self.ebpf, map_names::THREAD_EXITS)?;
         let sum = |slot: u32| -> Result<u64> { Ok(exits.get(&slot, 0)?.iter().sum()) };
         Ok((sum(EXITED_LIFETIME_NS)?, sum(EXITED_THREADS)?))
     }
 
     /// Starts (true) or stops (false) event processing in every program at once.
     pub fn set_armed(&mut self, on: bool) -> Result<()> {
-        let mut armed: Array<_, u32> = map(&mut self.ebpf, "ARMED")?;
+        let mut armed: Array<_, u32> = map(&mut self.ebpf, map_names::ARMED)?;
         armed.set(0, on as u32, 0).context("setting ARMED")
     }
 
     /// Adds a target process: its threads' locks on its own mm are traced from now on.
     pub fn add_target(&mut self, pid: u32) -> Result<()> {
-        let mut tgids: BpfHashMap<_, u32, u32> = map(&mut self.ebpf, "TARGET_TGIDS")?;
+        let mut tgids: BpfHashMap<_, u32, u32> = map(&mut self.ebpf, map_names::TARGET_TGIDS)?;
         tgids.insert(pid, 0, 0).context("registering target pid")?;
         if let Some(slots) = &mut self.slots {
             if slots.len() >= FAST_TARGETS {
                 bail!("target slots hold at most {FAST_TARGETS} targets");
             }
-            let mut array: Array<_, FastTargets> = map(&mut self.ebpf, "TARGET_SLOTS")?;
+            let mut array: Array<_, FastTargets> = map(&mut self.ebpf, map_names::TARGET_SLOTS)?;
             // Keeps the mms the programs learnt for the targets added before.
             let mut targets = array.get(&0, 0).context("reading TARGET_SLOTS")?;
             targets.pids[slots.len()] = pid;
@@ -497,7 +504,7 @@ impl Probes {
             return Ok(true);
         }
         let set = |ebpf: &mut Ebpf, value: u32| -> Result<()> {
-            let mut discover: Array<_, u32> = map(ebpf, "DISCOVER")?;
+            let mut discover: Array<_, u32> = map(ebpf, map_names::DISCOVER)?;
             discover.set(0, value, 0).context("setting DISCOVER")
         };
         set(&mut self.ebpf, pid)?;
@@ -543,8 +550,8 @@ impl Probes {
     /// The processes whose user stacks the collected data refers to (its entries, its blocking
     /// records, the timeline drained so far): the mapping lists to keep for symbolizing them.
     pub fn user_stack_owners(&self) -> Result<HashSet<u32>> {
-        let entries: Vec<(AggKey, AggValue)> = read_shared(&self.ebpf, "AGG")?;
-        let blocked: Vec<(BlockKey, BlockValue)> = read_shared(&self.ebpf, "BLOCKED")?;
+        let entries: Vec<(AggKey, AggValue)> = read_shared(&self.ebpf, map_names::AGG)?;
+        let blocked: Vec<(BlockKey, BlockValue)> = read_shared(&self.ebpf, map_names::BLOCKED)?;
         let timeline = self.timeline.iter().flat_map(TimelineReader::keys);
         let owners = entries
             .iter()
@@ -581,7 +588,7 @@ impl Probes {
     /// The frames of one stack of the stack map (a frame-pointer user stack, say), if it is
     /// still there.
     pub fn stack(&self, id: i32) -> Option<Vec<u64>> {
-        let map: StackTraceMap<&MapData> = map_ref(&self.ebpf, "STACKS").ok()?;
+        let map: StackTraceMap<&MapData> = map_ref(&self.ebpf, map_names::STACKS).ok()?;
         let ids = HashSet::from([u32::try_from(id).ok()?]);
         read_stacks(&map, &ids).remove(&id)
     }
@@ -594,13 +601,15 @@ impl Probes {
             return Ok(0);
         }
         let of_gone = |k: &AggKey| gone.contains(&k.pid) || gone.contains(&k.locker_pid);
-        let mut deleted = delete_where::<AggKey, AggValue>(&self.ebpf, "AGG", of_gone)?;
+        let mut deleted = delete_where::<AggKey, AggValue>(&self.ebpf, map_names::AGG, of_gone)?;
         // Empty without attribution (--lean): one read each.
+        deleted += delete_where::<BlockKey, BlockValue>(&self.ebpf, map_names::BLOCKED, |k| {
+            of_gone(&k.waiter)
+        })?;
         deleted +=
-            delete_where::<BlockKey, BlockValue>(&self.ebpf, "BLOCKED", |k| of_gone(&k.waiter))?;
-        deleted += delete_where::<SleepKey, u64>(&self.ebpf, "SLEEPS", |k| of_gone(&k.hold))?;
+            delete_where::<SleepKey, u64>(&self.ebpf, map_names::SLEEPS, |k| of_gone(&k.hold))?;
         let comms: Vec<u32> = gone.iter().copied().collect();
-        deleted += delete_from(&self.ebpf, "LOCKER_COMMS", &comms)?;
+        deleted += delete_from(&self.ebpf, map_names::LOCKER_COMMS, &comms)?;
         Ok(deleted)
     }
 
@@ -608,7 +617,7 @@ impl Probes {
     /// pending (which user space must not drop).
     pub fn thread_states(&self) -> Result<Vec<(StateKey, bool)>> {
         Ok(
-            read_shared::<StateKey, LockState>(&self.ebpf, "LOCK_STATE")?
+            read_shared::<StateKey, LockState>(&self.ebpf, map_names::LOCK_STATE)?
                 .into_iter()
                 .map(|(key, st)| {
                     let pending =
@@ -623,10 +632,10 @@ impl Probes {
     /// and by thread id, what attribution keeps of them. The maps are LRUs, so the dead would
     /// only be evicted once full, with the living among them.
     pub fn forget_threads(&self, states: &[StateKey]) -> Result<usize> {
-        let mut deleted = delete_from(&self.ebpf, "LOCK_STATE", states)?;
+        let mut deleted = delete_from(&self.ebpf, map_names::LOCK_STATE, states)?;
         let mut tids: Vec<u32> = states.iter().map(|k| k.tid).collect();
         tids.dedup();
-        for name in ["TID_HOLDING", "SYSCALLS_ACTIVE"] {
+        for name in [map_names::TID_HOLDING, map_names::SYSCALLS_ACTIVE] {
             deleted += delete_from(&self.ebpf, name, &tids)?;
         }
         Ok(deleted)
@@ -726,7 +735,7 @@ fn configure_stack_copies(settings: &ProbeSettings, config: &mut Config) -> Resu
 fn read_maps(probes: &Probes, timeline: Vec<tracer_common::TimelineEvent>) -> Result<Harvest> {
     let ebpf = &probes.ebpf;
     let target_mms = read_target_mms(ebpf)?;
-    let mut entries: Vec<RawEntry> = read_shared(ebpf, "AGG")?
+    let mut entries: Vec<RawEntry> = read_shared(ebpf, map_names::AGG)?
         .into_iter()
         .map(|(key, mut value): (AggKey, AggValue)| {
             // The programs count into the histogram only (tracer-ebpf's add_duration).
@@ -734,9 +743,9 @@ fn read_maps(probes: &Probes, timeline: Vec<tracer_common::TimelineEvent>) -> Re
             RawEntry::exact(key, value)
         })
         .collect();
-    let mut totals = read_array(&map_ref(ebpf, "TOTALS")?, ModeTotals::merge)?;
+    let mut totals = read_array(&map_ref(ebpf, map_names::TOTALS)?, ModeTotals::merge)?;
     if let (true, Some(slots)) = (probes.lean_array, &probes.slots) {
-        let lean = read_lean_entries(&map_ref(ebpf, "LEAN_AGG")?, slots)?;
+        let lean = read_lean_entries(&map_ref(ebpf, map_names::LEAN_AGG)?, slots)?;
         add_lean_totals(&mut totals, &lean);
         entries.extend(lean);
     }
@@ -744,15 +753,19 @@ fn read_maps(probes: &Probes, timeline: Vec<tracer_common::TimelineEvent>) -> Re
         entries,
         stacks: HashMap::new(),
         totals,
-        counters: read_counters(&map_ref(ebpf, "COUNTERS")?)?,
-        locker_comms: read_comms(&map_ref(ebpf, "LOCKER_COMMS")?),
-        in_flight: read_in_flight(&map_ref(ebpf, "LOCK_STATE")?, &target_mms),
-        blocked: read_shared(ebpf, "BLOCKED")?,
-        sleeps: read_shared(ebpf, "SLEEPS")?,
-        syscalls: read_array(&map_ref(ebpf, "SYSCALL_TOTALS")?, SyscallTotals::merge)?,
-        faults: read_array(&map_ref(ebpf, "FAULT_COUNTS")?, |into: &mut u64, v| {
-            *into += v
-        })?,
+        counters: read_counters(&map_ref(ebpf, map_names::COUNTERS)?)?,
+        locker_comms: read_comms(&map_ref(ebpf, map_names::LOCKER_COMMS)?),
+        in_flight: read_in_flight(&map_ref(ebpf, map_names::LOCK_STATE)?, &target_mms),
+        blocked: read_shared(ebpf, map_names::BLOCKED)?,
+        sleeps: read_shared(ebpf, map_names::SLEEPS)?,
+        syscalls: read_array(
+            &map_ref(ebpf, map_names::SYSCALL_TOTALS)?,
+            SyscallTotals::merge,
+        )?,
+        faults: read_array(
+            &map_ref(ebpf, map_names::FAULT_COUNTS)?,
+            |into: &mut u64, v| *into += v,
+        )?,
         features: probes.features,
         timeline,
         estimated_user_stacks: HashSet::new(),
@@ -765,7 +778,7 @@ fn read_maps(probes: &Probes, timeline: Vec<tracer_common::TimelineEvent>) -> Re
             StackRef::Kernel(id) | StackRef::User { id, .. } => id as u32,
         })
         .collect();
-    harvest.stacks = read_stacks(&map_ref(ebpf, "STACKS")?, &ids);
+    harvest.stacks = read_stacks(&map_ref(ebpf, map_names::STACKS)?, &ids);
     Ok(harvest)
 }
 
@@ -774,14 +787,14 @@ fn read_maps(probes: &Probes, timeline: Vec<tracer_common::TimelineEvent>) -> Re
 /// target's (the programs make none for other mms), including those of mms that are gone: an
 /// exec leaves the old mm's last operation pending, with no later step on that mm to flush it.
 fn fold_pending(ebpf: &Ebpf, capacity: usize, harvest: &mut Harvest) -> Result<()> {
-    let states: BpfHashMap<_, StateKey, LockState> = map_ref(ebpf, "LOCK_STATE")?;
+    let states: BpfHashMap<_, StateKey, LockState> = map_ref(ebpf, map_names::LOCK_STATE)?;
     let pending: Vec<LockState> = states
         .iter()
         .filter_map(|r| r.ok())
         .map(|(_, st)| st)
         .filter(|st| st.pending_wait.is_some() || st.pending_holds.iter().any(|h| h.is_some()))
         .collect();
-    let holders: aya::maps::Array<_, HolderRecord> = map_ref(ebpf, "HOLDER_INFO")?;
+    let holders: aya::maps::Array<_, HolderRecord> = map_ref(ebpf, map_names::HOLDER_INFO)?;
     let mask = holders.len() - 1;
     pending::fold(harvest, &pending, capacity, |id| {
         let record = holders.get(&holder_slot(id, mask), 0).ok()?;
@@ -791,7 +804,7 @@ fn fold_pending(ebpf: &Ebpf, capacity: usize, harvest: &mut Harvest) -> Result<(
 }
 
 fn read_target_mms(ebpf: &Ebpf) -> Result<HashMap<u64, u32>> {
-    let mms: BpfHashMap<_, u64, u32> = map_ref(ebpf, "TARGET_MMS")?;
+    let mms: BpfHashMap<_, u64, u32> = map_ref(ebpf, map_names::TARGET_MMS)?;
     Ok(mms.iter().filter_map(|r| r.ok()).collect())
 }
 

@@ -5,7 +5,7 @@ use aya::{
     maps::{MapData, RingBuf},
     Ebpf,
 };
-use tracer_common::{AggKey, TimelineEvent};
+use tracer_common::{map_names, AggKey, TimelineEvent};
 
 /// Ring buffer size when a timeline is asked for: about 87,000 events of 48 bytes (with the
 /// ring's header), several seconds of a badly convoying process between two drains.
@@ -26,7 +26,7 @@ pub struct TimelineReader {
 impl TimelineReader {
     pub fn open(ebpf: &mut Ebpf) -> Result<Self> {
         let map = ebpf
-            .take_map("TIMELINE")
+            .take_map(map_names::TIMELINE)
             .ok_or_else(|| anyhow!("eBPF object has no map TIMELINE"))?;
         Ok(Self {
             ring: RingBuf::try_from(map)?,

@@ -7,8 +7,8 @@ use aya::{
     Ebpf,
 };
 use tracer_common::{
-    UserStackCopyHeader, UserStackEvent, USER_STACK_MAX, USER_STACK_MAX_PAGES, USER_STACK_PAGE,
-    USER_STACK_RECORD_COPY, USER_STACK_RECORD_EVENT, USER_STACK_SMALL_PAGES,
+    map_names, UserStackCopyHeader, UserStackEvent, USER_STACK_MAX, USER_STACK_MAX_PAGES,
+    USER_STACK_PAGE, USER_STACK_RECORD_COPY, USER_STACK_RECORD_EVENT, USER_STACK_SMALL_PAGES,
 };
 
 use crate::model::unwound::{StackCopy, StackRecord};
@@ -37,7 +37,7 @@ pub struct UserStackReader {
 impl UserStackReader {
     pub fn open(ebpf: &mut Ebpf) -> Result<Self> {
         let map = ebpf
-            .take_map("USER_STACKS")
+            .take_map(map_names::USER_STACKS)
             .ok_or_else(|| anyhow!("eBPF object has no map USER_STACKS"))?;
         Ok(Self {
             ring: RingBuf::try_from(map)?,
