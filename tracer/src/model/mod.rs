@@ -7,6 +7,7 @@ pub mod histogram;
 pub mod invariants;
 pub mod processes;
 pub mod report;
+pub mod schema;
 pub mod self_cost;
 pub mod series;
 pub mod thread_time;
@@ -17,12 +18,13 @@ use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 use tracer_common::{
-    AggKey, AggValue, BlockKey, BlockValue, Counter, ModeTotals, SleepKey, SyscallTotals,
-    TimelineEvent, FAULT_SLOTS, MM_SYSCALLS, TOTALS_SLOTS,
+    AggKey, AggValue, BlockKey, BlockValue, Counter, HolderKey, ModeTotals, SleepKey,
+    SyscallTotals, TimelineEvent, FAULT_SLOTS, MM_SYSCALLS, TOTALS_SLOTS,
 };
 
 pub use cause::Cause;
-pub use report::{build_report, Report, TraceMeta};
+pub use report::build_report;
+pub use schema::{Report, TraceMeta};
 
 /// One aggregation-map entry, per-CPU values merged.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -259,5 +261,41 @@ mod tests {
             .collect();
         assert_eq!(left, [(2, 0)]);
         assert_eq!(harvest.locker_comms.keys().collect::<Vec<_>>(), [&4]);
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// What tells holds apart when waits are charged to them: their stacks, mode and cause, and
+/// whether an outside locker held.
+pub(crate) struct HolderSig {
+    kernel_stack: i32,
+    user_stack: i32,
+    mode: u8,
+    syscall: u8,
+    fault: u8,
+    outside_pid: u32,
+}
+
+impl HolderSig {
+    pub(crate) fn of_hold(k: &AggKey) -> Self {
+        Self {
+            kernel_stack: k.kernel_stack,
+            user_stack: k.user_stack,
+            mode: k.mode,
+            syscall: k.syscall,
+            fault: k.fault,
+            outside_pid: k.locker_pid,
+        }
+    }
+
+    pub(crate) fn of_holder(h: &HolderKey) -> Self {
+        Self {
+            kernel_stack: h.kernel_stack,
+            user_stack: h.user_stack,
+            mode: h.mode,
+            syscall: h.syscall,
+            fault: h.fault,
+            outside_pid: h.outside_pid,
+        }
     }
 }

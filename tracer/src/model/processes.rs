@@ -4,25 +4,7 @@
 
 use std::collections::HashMap;
 
-use serde::Serialize;
-
-use super::report::{Entry, Kind};
-
-/// One process's waits and holds.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct ProcessRow {
-    pub pid: u32,
-    /// From /proc when the report was built, else as the kernel recorded it, else "?".
-    pub comm: String,
-    pub waits: u64,
-    pub wait_ns: u64,
-    pub max_wait_ns: u64,
-    pub holds: u64,
-    pub hold_ns: u64,
-    pub max_hold_ns: u64,
-    /// wait_ns over every process's wait (0..1).
-    pub wait_share: f64,
-}
+use super::schema::{Entry, Kind, ProcessRow};
 
 /// The name shown for a process whose name is known nowhere (exited before it was seen).
 pub const UNKNOWN_COMM: &str = "?";

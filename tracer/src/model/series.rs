@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use tracer_common::{log2_slot, HIST_SLOTS};
 
 use super::processes::UNKNOWN_COMM;
-use super::report::{Entry, Kind, Mode, Report};
+use super::schema::{Entry, Kind, Mode, Report};
 
 /// What names one series.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -134,7 +134,7 @@ impl SeriesValue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::report::{Kind, Mode};
+    use crate::model::schema::{Kind, Mode};
     use crate::model::{build_report, Harvest, RawEntry, TraceMeta};
     use tracer_common::{AggKey, AggValue, KIND_HOLD, KIND_WAIT, MODE_READ, MODE_WRITE};
 

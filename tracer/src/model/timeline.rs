@@ -6,7 +6,8 @@ use tracer_common::TimelineEvent;
 
 use super::{
     cause::{cause_of, Cause},
-    report::{stack_frames, Kind, Mode},
+    report::stack_frames,
+    schema::{Kind, Mode},
     user_stack_owner, Frame, Symbols,
 };
 

@@ -20,8 +20,7 @@ use tracer_common::{
 };
 
 use super::histogram::slot_bounds;
-use super::report::HolderSig;
-use super::{Harvest, RawEntry};
+use super::{Harvest, HolderSig, RawEntry};
 
 /// First synthetic id of unwound stacks (stack-map ids are far below it).
 pub const UNWOUND_BASE: i32 = 1 << 30;
