@@ -10,7 +10,7 @@ use ratatui::{
     Frame,
 };
 
-use super::state::{Column, Grouping, KindFilter, Row, ViewState, Window};
+use super::state::{max_text, Column, Grouping, KindFilter, Row, ViewState, Window};
 use crate::model::{report::Kind, report::Report, LiveSnapshot};
 use crate::present::{
     human_ns,
@@ -162,14 +162,6 @@ fn worst_line(interval: &Report) -> String {
     )
 }
 
-fn max_text(ns: u64, upper_bound: bool) -> String {
-    if upper_bound {
-        format!("≤{}", human_ns(ns))
-    } else {
-        human_ns(ns)
-    }
-}
-
 fn lost_line(report: &Report) -> Line<'static> {
     let nonzero = nonzero_lost(report);
     if nonzero.is_empty() {
@@ -226,7 +218,7 @@ fn view_line(state: &ViewState, s: &LiveSnapshot) -> String {
     let threads = if s.per_thread { ", per thread" } else { "" };
     format!(
         "table: {grouping}, {kinds}{threads}, {window}, sorted by {} {}",
-        state.sort.title(),
+        state.sort.def().title,
         if state.descending { "▼" } else { "▲" }
     )
 }
@@ -239,19 +231,20 @@ enum TableColumn {
     Stack,
 }
 
+/// Where the thread column gives way among the sorted columns' `gives_way` ranks (after
+/// mode, before max).
+const THREAD_GIVES_WAY: u8 = 6;
+
 /// The columns that give way when the table is too narrow for all of them with their values,
-/// least telling first (avg is total / count; the stack pane shows the rest). Kind and total
-/// always stay.
-const GIVE_WAY: [TableColumn; 8] = [
-    TableColumn::Sorted(Column::Avg),
-    TableColumn::Sorted(Column::P99),
-    TableColumn::Sorted(Column::Share),
-    TableColumn::Sorted(Column::Cause),
-    TableColumn::Sorted(Column::Count),
-    TableColumn::Sorted(Column::Mode),
-    TableColumn::Thread,
-    TableColumn::Sorted(Column::Max),
-];
+/// least telling first (the stack pane shows the rest); those without a rank always stay.
+fn give_way_order() -> Vec<TableColumn> {
+    let mut ranked: Vec<(u8, TableColumn)> = Column::all()
+        .filter_map(|c| c.def().gives_way.map(|rank| (rank, TableColumn::Sorted(c))))
+        .chain([(THREAD_GIVES_WAY, TableColumn::Thread)])
+        .collect();
+    ranked.sort_by_key(|&(rank, _)| rank);
+    ranked.into_iter().map(|(_, c)| c).collect()
+}
 
 /// The stack column's least width; it takes whatever the others leave.
 const STACK_MIN: u16 = 12;
@@ -260,7 +253,7 @@ const COLUMN_SPACING: u16 = 1;
 const MARK_WIDTH: u16 = 1;
 
 /// Which columns to show in `available` cells, each as wide as its widest cell (`needed`, in
-/// display order, the stack last): columns give way in GIVE_WAY order until the rest fit
+/// display order, the stack last): columns give way in `give_way_order()` until the rest fit
 /// beside a stack column of STACK_MIN, so that no number or unit is ever cut.
 fn fit_columns(needed: &[(TableColumn, u16)], available: u16) -> Vec<(TableColumn, u16)> {
     let mut kept: Vec<(TableColumn, u16)> = needed.to_vec();
@@ -277,7 +270,7 @@ fn fit_columns(needed: &[(TableColumn, u16)], available: u16) -> Vec<(TableColum
             + COLUMN_SPACING * kept.len().saturating_sub(1) as u16
             + MARK_WIDTH
     };
-    for column in GIVE_WAY {
+    for column in give_way_order() {
         if width(&kept) <= available {
             break;
         }
@@ -286,13 +279,10 @@ fn fit_columns(needed: &[(TableColumn, u16)], available: u16) -> Vec<(TableColum
     kept
 }
 
-/// Times are as wide as the widest `human_ns` under 1000 s ("999.99 ms"), so that columns do
-/// not move as the values change.
 fn steady_width(column: TableColumn) -> u16 {
     match column {
-        TableColumn::Sorted(Column::Total | Column::Avg | Column::P99) => 9,
-        TableColumn::Sorted(Column::Max) => 10,
-        _ => 0,
+        TableColumn::Sorted(c) => c.def().steady_width,
+        TableColumn::Thread | TableColumn::Stack => 0,
     }
 }
 
@@ -302,10 +292,7 @@ fn text_width(text: &str) -> u16 {
 
 fn draw_table(frame: &mut Frame, area: Rect, state: &ViewState, rows: &[Row]) {
     let per_thread = state.snapshot().is_some_and(|s| s.per_thread);
-    let mut columns: Vec<TableColumn> = Column::ALL
-        .iter()
-        .map(|&c| TableColumn::Sorted(c))
-        .collect();
+    let mut columns: Vec<TableColumn> = Column::all().map(TableColumn::Sorted).collect();
     if per_thread {
         columns.push(TableColumn::Thread);
     }
@@ -317,7 +304,7 @@ fn draw_table(frame: &mut Frame, area: Rect, state: &ViewState, rows: &[Row]) {
                 (true, true) => "▼",
                 (true, false) => "▲",
             };
-            format!("{}{mark}", c.title())
+            format!("{}{mark}", c.def().title)
         }
         TableColumn::Thread => "thread".to_string(),
         TableColumn::Stack => match state.grouping {
@@ -384,17 +371,7 @@ fn draw_table(frame: &mut Frame, area: Rect, state: &ViewState, rows: &[Row]) {
 
 fn cell_text(r: &Row, column: TableColumn) -> String {
     match column {
-        TableColumn::Sorted(c) => match c {
-            Column::Kind => r.kind.label().to_string(),
-            Column::Mode => r.mode.label().to_string(),
-            Column::Cause => r.cause.label().to_string(),
-            Column::Count => r.count.to_string(),
-            Column::Total => human_ns(r.total_ns),
-            Column::Avg => human_ns(r.avg_ns),
-            Column::P99 => human_ns(r.p99_ns),
-            Column::Max => max_text(r.max_ns, r.max_is_upper_bound),
-            Column::Share => format!("{:.1}%", r.share * 100.0),
-        },
+        TableColumn::Sorted(c) => (c.def().cell)(r),
         TableColumn::Thread => r.thread.clone().unwrap_or_default(),
         TableColumn::Stack => r.place.clone(),
     }
@@ -453,6 +430,14 @@ fn key_line(width: u16) -> String {
     fitted(width as usize, forms)
 }
 
+fn help_lines() -> Vec<String> {
+    let titles: Vec<&str> = Column::all().map(|c| c.def().title).collect();
+    HELP.iter()
+        .map(|line| line.replace("{columns}", &titles.join(" ")))
+        .collect()
+}
+
+/// The help screen; `{columns}` stands for the sortable columns' titles.
 const HELP: &[&str] = &[
     "q, Ctrl-C   quit (requested exports are still written)",
     "space       pause / resume the display (tracing goes on)",
@@ -461,7 +446,7 @@ const HELP: &[&str] = &[
     "c           group rows by call stack or by cause",
     "w / h       waits only / holds only (again: both)",
     "i           table shows the last interval or the cumulative window",
-    "1..9        sort by kind mode cause count total avg p99 max share",
+    "1..9        sort by {columns}",
     "            (the same key again reverses; < and > move the sort column)",
     "↑ ↓ PgUp PgDn Home End   move the selection",
     "Enter       open / close the selected row's full stack (Esc closes)",
@@ -475,7 +460,8 @@ const HELP: &[&str] = &[
 fn draw_help(frame: &mut Frame) {
     let area = frame.area();
     let width = 80.min(area.width);
-    let height = (HELP.len() as u16 + 2).min(area.height);
+    let help = help_lines();
+    let height = (help.len() as u16 + 2).min(area.height);
     let popup = Rect {
         x: area.x + (area.width - width) / 2,
         y: area.y + (area.height - height) / 2,
@@ -483,7 +469,7 @@ fn draw_help(frame: &mut Frame) {
         height,
     };
     frame.render_widget(Clear, popup);
-    let lines: Vec<Line> = HELP.iter().map(|l| Line::from(*l)).collect();
+    let lines: Vec<Line> = help.into_iter().map(Line::from).collect();
     let block = Block::default().borders(Borders::ALL).title(" keys ");
     frame.render_widget(Paragraph::new(lines).block(block), popup);
 }

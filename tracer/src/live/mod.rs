@@ -309,6 +309,10 @@ mod tests {
             text.contains("reset: the cumulative table starts again"),
             "{text}"
         );
+        assert!(
+            text.contains("sort by kind mode cause count total avg p99 max share"),
+            "the sortable columns, named from the column table: {text}"
+        );
     }
 
     #[test]

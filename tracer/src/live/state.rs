@@ -1,6 +1,7 @@
 //! What the live view shows and how keys change it. Plain data over model snapshots: no
 //! terminal here, so the keys and the rows are tested directly.
 
+use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use crate::model::{
     report::{cause_rows, Entry, Kind, Mode, Report},
     Cause, Frame, LiveSnapshot,
 };
-use crate::present::{escaped, short_frame, text::splits_by_process};
+use crate::present::{escaped, human_ns, short_frame, text::splits_by_process};
 
 /// What the view asks of the collector.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,50 +46,134 @@ pub enum Window {
     Interval,
 }
 
-/// Table columns, in display order; the number keys 1-9 sort by them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Column {
-    Kind,
-    Mode,
-    Cause,
-    Count,
-    Total,
-    Avg,
-    P99,
-    Max,
-    Share,
+/// A sortable column of the table: all that makes it, in one entry of `COLUMNS`.
+pub struct ColumnDef {
+    pub title: &'static str,
+    /// Numbers sort largest first, names alphabetically.
+    pub descending_by_default: bool,
+    /// Rows in this column's ascending order.
+    pub order: fn(&Row, &Row) -> Ordering,
+    pub cell: fn(&Row) -> String,
+    /// A width kept however the values change, so that columns do not move (times: as wide
+    /// as the widest `human_ns` under 1000 s, "999.99 ms"); 0: the widest cell's.
+    pub steady_width: u16,
+    /// When the table is too narrow for every column, columns give way by this rank, lowest
+    /// (least telling) first; None: always shown.
+    pub gives_way: Option<u8>,
 }
 
-impl Column {
-    pub const ALL: [Column; 9] = [
-        Column::Kind,
-        Column::Mode,
-        Column::Cause,
-        Column::Count,
-        Column::Total,
-        Column::Avg,
-        Column::P99,
-        Column::Max,
-        Column::Share,
-    ];
+/// The sortable columns, in display order. The number keys 1-9 sort by the first nine; `<`
+/// and `>` step through all of them.
+pub const COLUMNS: [ColumnDef; 9] = [
+    ColumnDef {
+        title: "kind",
+        descending_by_default: false,
+        order: |a, b| a.kind.cmp(&b.kind),
+        cell: |r| r.kind.label().to_string(),
+        steady_width: 0,
+        gives_way: None,
+    },
+    ColumnDef {
+        title: "mode",
+        descending_by_default: false,
+        order: |a, b| a.mode.cmp(&b.mode),
+        cell: |r| r.mode.label().to_string(),
+        steady_width: 0,
+        gives_way: Some(5),
+    },
+    ColumnDef {
+        title: "cause",
+        descending_by_default: false,
+        order: |a, b| a.cause.label().cmp(b.cause.label()),
+        cell: |r| r.cause.label().to_string(),
+        steady_width: 0,
+        gives_way: Some(3),
+    },
+    ColumnDef {
+        title: "count",
+        descending_by_default: true,
+        order: |a, b| a.count.cmp(&b.count),
+        cell: |r| r.count.to_string(),
+        steady_width: 0,
+        gives_way: Some(4),
+    },
+    ColumnDef {
+        title: "total",
+        descending_by_default: true,
+        order: |a, b| a.total_ns.cmp(&b.total_ns),
+        cell: |r| human_ns(r.total_ns),
+        steady_width: 9,
+        gives_way: None,
+    },
+    ColumnDef {
+        title: "avg",
+        descending_by_default: true,
+        order: |a, b| a.avg_ns.cmp(&b.avg_ns),
+        cell: |r| human_ns(r.avg_ns),
+        steady_width: 9,
+        // total / count: the first to go.
+        gives_way: Some(0),
+    },
+    ColumnDef {
+        title: "p99",
+        descending_by_default: true,
+        order: |a, b| a.p99_ns.cmp(&b.p99_ns),
+        cell: |r| human_ns(r.p99_ns),
+        steady_width: 9,
+        gives_way: Some(1),
+    },
+    ColumnDef {
+        title: "max",
+        descending_by_default: true,
+        order: |a, b| a.max_ns.cmp(&b.max_ns),
+        cell: |r| max_text(r.max_ns, r.max_is_upper_bound),
+        steady_width: 10,
+        gives_way: Some(7),
+    },
+    ColumnDef {
+        title: "share",
+        descending_by_default: true,
+        // The share of one window is proportional to the total.
+        order: |a, b| a.total_ns.cmp(&b.total_ns),
+        cell: |r| format!("{:.1}%", r.share * 100.0),
+        steady_width: 0,
+        gives_way: Some(2),
+    },
+];
 
-    pub fn title(self) -> &'static str {
-        match self {
-            Column::Kind => "kind",
-            Column::Mode => "mode",
-            Column::Cause => "cause",
-            Column::Count => "count",
-            Column::Total => "total",
-            Column::Avg => "avg",
-            Column::P99 => "p99",
-            Column::Max => "max",
-            Column::Share => "share",
-        }
+/// A sortable column: an index into `COLUMNS`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Column(usize);
+
+impl Column {
+    pub fn all() -> impl Iterator<Item = Column> {
+        (0..COLUMNS.len()).map(Column)
     }
 
-    /// Numbers sort largest first, names alphabetically.
-    fn descending_by_default(self) -> bool {
-        !matches!(self, Column::Kind | Column::Mode | Column::Cause)
+    /// The column titled `title`.
+    ///
+    /// # Panics
+    /// When no column has that title (a programming error).
+    pub fn titled(title: &str) -> Column {
+        Column(
+            COLUMNS
+                .iter()
+                .position(|c| c.title == title)
+                .unwrap_or_else(|| panic!("no column titled {title}")),
+        )
+    }
+
+    pub fn def(self) -> &'static ColumnDef {
+        &COLUMNS[self.0]
+    }
+}
+
+/// A maximum, marked when it is only an upper bound (a window's maximum known by its slot).
+pub fn max_text(ns: u64, upper_bound: bool) -> String {
+    if upper_bound {
+        format!("≤{}", human_ns(ns))
+    } else {
+        human_ns(ns)
     }
 }
 
@@ -150,7 +235,7 @@ impl ViewState {
             kinds: KindFilter::Both,
             window: Window::Cumulative,
             per_thread,
-            sort: Column::Total,
+            sort: Column::titled("total"),
             descending: true,
             selected: 0,
             selected_id: None,
@@ -206,7 +291,10 @@ impl ViewState {
                 };
             }
             KeyCode::Char(digit @ '1'..='9') => {
-                self.sort_by(Column::ALL[digit as usize - '1' as usize]);
+                let index = digit as usize - '1' as usize;
+                if index < COLUMNS.len() {
+                    self.sort_by(Column(index));
+                }
             }
             KeyCode::Char('<') => self.shift_sort(-1),
             KeyCode::Char('>') => self.shift_sort(1),
@@ -248,19 +336,15 @@ impl ViewState {
             self.descending = !self.descending;
         } else {
             self.sort = column;
-            self.descending = column.descending_by_default();
+            self.descending = column.def().descending_by_default;
         }
         self.follow_selection();
     }
 
     fn shift_sort(&mut self, by: isize) {
-        let at = Column::ALL
-            .iter()
-            .position(|&c| c == self.sort)
-            .unwrap_or(0) as isize;
-        let next = (at + by).clamp(0, Column::ALL.len() as isize - 1) as usize;
-        self.sort = Column::ALL[next];
-        self.descending = self.sort.descending_by_default();
+        let next = (self.sort.0 as isize + by).clamp(0, COLUMNS.len() as isize - 1) as usize;
+        self.sort = Column(next);
+        self.descending = self.sort.def().descending_by_default;
         self.follow_selection();
     }
 
@@ -325,18 +409,9 @@ impl ViewState {
     }
 
     fn sort_rows(&self, rows: &mut [Row]) {
-        let column = self.sort;
+        let by = self.sort.def().order;
         rows.sort_by(|a, b| {
-            let order = match column {
-                Column::Kind => a.kind.cmp(&b.kind),
-                Column::Mode => a.mode.cmp(&b.mode),
-                Column::Cause => a.cause.label().cmp(b.cause.label()),
-                Column::Count => a.count.cmp(&b.count),
-                Column::Total | Column::Share => a.total_ns.cmp(&b.total_ns),
-                Column::Avg => a.avg_ns.cmp(&b.avg_ns),
-                Column::P99 => a.p99_ns.cmp(&b.p99_ns),
-                Column::Max => a.max_ns.cmp(&b.max_ns),
-            };
+            let order = by(a, b);
             let order = if self.descending {
                 order.reverse()
             } else {
@@ -825,21 +900,21 @@ pub(crate) mod tests {
     fn number_keys_sort_and_repeat_reverses() {
         let mut s = state();
         s.on_key(key(KeyCode::Char('4')));
-        assert_eq!((s.sort, s.descending), (Column::Count, true));
+        assert_eq!((s.sort, s.descending), (Column::titled("count"), true));
         let counts: Vec<u64> = s.rows().iter().map(|r| r.count).collect();
         assert_eq!(counts[0], 2);
         s.on_key(key(KeyCode::Char('4')));
         assert!(!s.descending);
         assert_eq!(s.rows()[0].count, 1);
         s.on_key(key(KeyCode::Char('3')));
-        assert_eq!((s.sort, s.descending), (Column::Cause, false));
+        assert_eq!((s.sort, s.descending), (Column::titled("cause"), false));
         assert_eq!(
             s.rows()[0].cause,
             Cause::ProcReader,
             "\"/proc reader\" sorts first"
         );
         s.on_key(key(KeyCode::Char('>')));
-        assert_eq!(s.sort, Column::Count);
+        assert_eq!(s.sort, Column::titled("count"));
     }
 
     #[test]
