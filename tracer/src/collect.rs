@@ -77,6 +77,23 @@ pub struct Watch {
 }
 
 impl Watch {
+    /// The trace's facts as a report states them, for the whole trace so far: a window's
+    /// report narrows the duration and thread time, the final one names processes anew.
+    pub fn trace_meta(&self, targets: &Targets, comm: &str, stack_threshold_ns: u64) -> TraceMeta {
+        TraceMeta {
+            pids: targets.listed().to_vec(),
+            system_wide: targets.is_system_wide(),
+            process_names: self.process_names.clone(),
+            comm: comm.to_string(),
+            threads: self.threads_now,
+            duration_ns: self.elapsed.as_nanos() as u64,
+            thread_time_ns: self.thread_time_ns,
+            exited: self.exited,
+            stack_threshold_ns,
+            thread_names: self.thread_names.clone(),
+        }
+    }
+
     /// How the walks of copied user stacks ended so far.
     pub fn walk_stats(&self) -> crate::unwind::WalkStats {
         self.unwinder.stats()
@@ -603,16 +620,9 @@ impl Windows {
             window = delta::without_threads(&window);
         }
         let meta = TraceMeta {
-            pids: self.targets.listed().to_vec(),
-            system_wide: self.targets.is_system_wide(),
-            process_names: watch.process_names.clone(),
-            comm: self.comm.clone(),
-            threads: watch.threads_now,
             duration_ns: now.elapsed.saturating_sub(from.elapsed).as_nanos() as u64,
             thread_time_ns: now.thread_time_ns.saturating_sub(from.thread_time_ns),
-            exited: watch.exited,
-            stack_threshold_ns: self.stack_threshold_ns,
-            thread_names: watch.thread_names.clone(),
+            ..watch.trace_meta(&self.targets, &self.comm, self.stack_threshold_ns)
         };
         build_report(&window, self.symbolizer.symbols(), &meta)
     }

@@ -38,16 +38,8 @@ pub fn run(cli: Cli) -> Result<i32> {
         return crate::probes::floor::run(floor, &cli.pid);
     }
     let view = cli.view(std::io::stdout().is_terminal())?;
-    let mut launched = if cli.command.is_empty() {
-        None
-    } else {
-        // Before anything that may start threads: the child is forked from this process.
-        let identity = cli.user.as_deref().map(Identity::of).transpose()?;
-        let live = matches!(view, View::Live { .. });
-        let launched = Launched::spawn_held(&cli.command, identity.as_ref(), live)?;
-        cli.pid = vec![launched.pid];
-        Some(launched)
-    };
+    // Before anything that may start threads: the child is forked from this process.
+    let mut launched = launch_held(&mut cli, &view)?;
     // Signals are caught from here on: one that arrives while the programs load ends the
     // trace at its start, with a report, rather than killing the tracer.
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -59,110 +51,19 @@ pub fn run(cli: Cli) -> Result<i32> {
         let _entered = runtime.enter();
         Stops::install()?
     };
-    cli.pid = crate::cli::unique_pids(&cli.pid);
-    for &pid in &cli.pid {
-        procfs::require_process(pid)?;
-    }
-    let targets = if cli.all {
-        Targets::SystemWide
-    } else {
-        Targets::Pids(cli.pid.clone())
-    };
+    let targets = checked_targets(&mut cli)?;
     let outputs = Outputs::from_cli(&cli, &view);
     outputs.check_writable()?;
-    check_tracing_privilege()?;
-    let tracefs = Tracefs::locate()?;
-    for tp in [MMAP_LOCK_START, MMAP_LOCK_ACQUIRED, MMAP_LOCK_RELEASED] {
-        tracefs.require(&tp)?;
-    }
-    let offsets = KernelOffsets::from_running_kernel()?;
+    let (tracefs, offsets) = check_kernel()?;
     // Before the programs load: a port in use is one line, not a trace with nowhere to go.
     let endpoint = cli
         .serve()
         .map(|serve| crate::serve::Endpoint::bind(serve.listen))
         .transpose()?;
     let inherit = launched.is_some() && !cli.no_inherit;
-    // The live view can switch to per-thread rows at any time: collect per thread and merge
-    // threads in user space when they are not wanted. So do copied user stacks: threads that
-    // share a frame-pointer stack (one frame, in code without frame pointers) unwind apart, and
-    // the operations left uncopied must go to their own thread's unwound stacks, not to another
-    // thread's (model/unwound.rs).
-    let stack_copies = stack_copies(&cli, &offsets);
-    let per_thread = cli.per_thread || matches!(view, View::Live { .. }) || stack_copies.is_some();
-    let settings = ProbeSettings {
-        stack_threshold_ns: cli.stack_threshold(),
-        attribution: !cli.lean,
-        per_thread,
-        per_thread_required: cli.per_thread,
-        user_stacks: cli.user_stack() != UserStackArg::None,
-        max_entries: cli.max_entries,
-        max_stacks: cli.max_stacks,
-        ring_bytes: cli.ring_bytes,
-        // Never 0 when asked for: 0 means off.
-        timeline_threshold_ns: if outputs.wants_timeline() {
-            cli.threshold.max(1)
-        } else {
-            0
-        },
-        stack_copies,
-        system_wide: targets.is_system_wide(),
-        classic_tracepoints: cli.classic_tracepoints,
-        target_slots: !targets.is_system_wide()
-            && !inherit
-            && cli.pid.len() <= tracer_common::FAST_TARGETS,
-        inherit,
-        target_threads: if targets.is_system_wide() {
-            procfs::machine_threads()
-        } else {
-            cli.pid.iter().map(|&pid| procfs::thread_count(pid)).sum()
-        },
-    };
-    priority::raise_nice();
-    let setup = priority::RealTime::enter();
-    let mut probes = Probes::load(&settings, &tracefs, &offsets)?;
-    drop(setup);
-    probes.log_map_memory();
-    for &pid in &cli.pid {
-        probes.add_target(pid)?;
-        if !probes.discover_mm(pid)? {
-            log::debug!("mm of pid {pid} not discovered yet; its first lock will register it");
-        }
-    }
-    let origin_ns = procfs::monotonic_ns();
-    probes.set_trace_start(origin_ns)?;
-    probes.set_armed(true)?;
-    probes.start_self_cost();
-
-    let comm = match &launched {
-        // Still the tracer's copy until it execs: name it after the command.
-        Some(launched) => launched.comm(),
-        None if targets.is_system_wide() => SYSTEM_WIDE_COMM.to_string(),
-        None => cli
-            .pid
-            .iter()
-            .filter_map(|&pid| procfs::comm(pid))
-            .collect::<Vec<_>>()
-            .join(","),
-    };
-    let what = if targets.is_system_wide() {
-        comm.clone()
-    } else {
-        // The target names itself: escaped for the terminal; gone if it died while the
-        // programs loaded (the report then says it exited).
-        let shown = if comm.is_empty() {
-            "exited".into()
-        } else {
-            crate::present::escaped(&comm)
-        };
-        format!(
-            "pid {} ({shown})",
-            cli.pid
-                .iter()
-                .map(u32::to_string)
-                .collect::<Vec<_>>()
-                .join(",")
-        )
-    };
+    let settings = probe_settings(&cli, &view, &targets, &outputs, &offsets, inherit);
+    let (mut probes, origin_ns) = load_and_arm(&settings, &tracefs, &offsets, &cli.pid)?;
+    let comm = target_comm(launched.as_ref(), &targets, &cli.pid);
     // Its faults from here on are the trace's: those of the exec and the command's start.
     let fault_baseline = launched.as_ref().and_then(|l| {
         crate::system::procfs::faults_taken(l.pid, inherit).map(|faults| (l.pid, faults))
@@ -171,20 +72,7 @@ pub fn run(cli: Cli) -> Result<i32> {
     if let Some(launched) = launched.as_mut() {
         launched.release()?;
     }
-    eprintln!(
-        "mmapsem-trace: attached to mmap_lock tracepoints; tracing {what}; {}",
-        if matches!(view, View::Live { .. }) {
-            "q to stop"
-        } else {
-            "Ctrl-C to stop"
-        }
-    );
-    if let Some(endpoint) = &endpoint {
-        eprintln!(
-            "mmapsem-trace: serving http://{0}/metrics and http://{0}/debug/pprof/mmap_lock?seconds=N",
-            endpoint.address
-        );
-    }
+    announce(&view, &targets, &comm, endpoint.as_ref());
 
     let windows = Windows::new(&targets, &comm, cli.stack_threshold());
     let mut watch_with = |sink: &mut dyn crate::collect::Sink, probes: &mut Probes| {
@@ -234,25 +122,20 @@ pub fn run(cli: Cli) -> Result<i32> {
     }
     let finished = finish(
         &cli,
-        &targets,
-        &outputs,
-        probes,
-        watch,
-        symbolizer,
-        settings.per_thread,
-        comm,
-        origin_ns,
+        Collected {
+            targets: &targets,
+            outputs: &outputs,
+            probes,
+            watch,
+            symbolizer,
+            per_thread: settings.per_thread,
+            comm,
+            origin_ns,
+        },
     );
-    // A launched command is waited for whatever happened to the trace: given the signal that
-    // ended it, or, when the trace ended first (q, -d, an error), stopped.
     let status = match launched {
         None => 0,
-        Some(launched) if ended_by_signal.is_some() => {
-            launched.forward(ended_by_signal.unwrap_or(libc::SIGTERM));
-            launched.wait()?
-        }
-        Some(launched) if command_outlived_the_trace(ended_by) => launched.stop(STOP_GRACE)?,
-        Some(launched) => launched.wait()?,
+        Some(launched) => wait_for_command(launched, ended_by)?,
     };
     match failure {
         Some(err) => {
@@ -260,6 +143,181 @@ pub fn run(cli: Cli) -> Result<i32> {
                 .context("the trace ended early, its outputs written with what it had collected"))
         }
         None => finished.map(|()| status),
+    }
+}
+
+/// What tracing needs of the kernel: the privilege, tracefs with the mmap_lock events, and
+/// the struct offsets from its BTF; each missing one is a one-line error naming it.
+fn check_kernel() -> Result<(Tracefs, KernelOffsets)> {
+    check_tracing_privilege()?;
+    let tracefs = Tracefs::locate()?;
+    for tp in [MMAP_LOCK_START, MMAP_LOCK_ACQUIRED, MMAP_LOCK_RELEASED] {
+        tracefs.require(&tp)?;
+    }
+    Ok((tracefs, KernelOffsets::from_running_kernel()?))
+}
+
+/// A launched command is waited for whatever happened to the trace: given the signal that
+/// ended it, or, when the trace ended first (q, -d, an error), stopped. Returns its status.
+fn wait_for_command(launched: Launched, ended_by: &str) -> Result<i32> {
+    match signal_named(ended_by) {
+        Some(signal) => {
+            launched.forward(signal);
+            launched.wait()
+        }
+        None if command_outlived_the_trace(ended_by) => launched.stop(STOP_GRACE),
+        None => launched.wait(),
+    }
+}
+
+/// The command of `-- CMD`, forked and held before its execve until the programs are
+/// attached; its pid becomes the target.
+fn launch_held(cli: &mut Cli, view: &View) -> Result<Option<Launched>> {
+    if cli.command.is_empty() {
+        return Ok(None);
+    }
+    let identity = cli.user.as_deref().map(Identity::of).transpose()?;
+    let live = matches!(*view, View::Live { .. });
+    let launched = Launched::spawn_held(&cli.command, identity.as_ref(), live)?;
+    cli.pid = vec![launched.pid];
+    Ok(Some(launched))
+}
+
+/// The targets, each given pid once and checked to be a process.
+fn checked_targets(cli: &mut Cli) -> Result<Targets> {
+    cli.pid = crate::cli::unique_pids(&cli.pid);
+    for &pid in &cli.pid {
+        procfs::require_process(pid)?;
+    }
+    Ok(if cli.all {
+        Targets::SystemWide
+    } else {
+        Targets::Pids(cli.pid.clone())
+    })
+}
+
+/// What the programs are loaded with, from the command line and the view.
+fn probe_settings(
+    cli: &Cli,
+    view: &View,
+    targets: &Targets,
+    outputs: &Outputs,
+    offsets: &KernelOffsets,
+    inherit: bool,
+) -> ProbeSettings {
+    // The live view can switch to per-thread rows at any time: collect per thread and merge
+    // threads in user space when they are not wanted. So do copied user stacks: threads that
+    // share a frame-pointer stack (one frame, in code without frame pointers) unwind apart, and
+    // the operations left uncopied must go to their own thread's unwound stacks, not to another
+    // thread's (model/unwound.rs).
+    let stack_copies = stack_copies(cli, offsets);
+    let per_thread = cli.per_thread || matches!(*view, View::Live { .. }) || stack_copies.is_some();
+    ProbeSettings {
+        stack_threshold_ns: cli.stack_threshold(),
+        attribution: !cli.lean,
+        per_thread,
+        per_thread_required: cli.per_thread,
+        user_stacks: cli.user_stack() != UserStackArg::None,
+        max_entries: cli.max_entries,
+        max_stacks: cli.max_stacks,
+        ring_bytes: cli.ring_bytes,
+        // Never 0 when asked for: 0 means off.
+        timeline_threshold_ns: if outputs.wants_timeline() {
+            cli.threshold.max(1)
+        } else {
+            0
+        },
+        stack_copies,
+        system_wide: targets.is_system_wide(),
+        classic_tracepoints: cli.classic_tracepoints,
+        target_slots: !targets.is_system_wide()
+            && !inherit
+            && cli.pid.len() <= tracer_common::FAST_TARGETS,
+        inherit,
+        target_threads: if targets.is_system_wide() {
+            procfs::machine_threads()
+        } else {
+            cli.pid.iter().map(|&pid| procfs::thread_count(pid)).sum()
+        },
+    }
+}
+
+/// Loads the programs (at real-time priority: the verifier must not starve behind a busy
+/// target), registers the targets and arms the programs; returns them with the trace's start
+/// on CLOCK_MONOTONIC.
+fn load_and_arm(
+    settings: &ProbeSettings,
+    tracefs: &Tracefs,
+    offsets: &KernelOffsets,
+    pids: &[u32],
+) -> Result<(Probes, u64)> {
+    priority::raise_nice();
+    let setup = priority::RealTime::enter();
+    let mut probes = Probes::load(settings, tracefs, offsets)?;
+    drop(setup);
+    probes.log_map_memory();
+    for &pid in pids {
+        probes.add_target(pid)?;
+        if !probes.discover_mm(pid)? {
+            log::debug!("mm of pid {pid} not discovered yet; its first lock will register it");
+        }
+    }
+    let origin_ns = procfs::monotonic_ns();
+    probes.set_trace_start(origin_ns)?;
+    probes.set_armed(true)?;
+    probes.start_self_cost();
+    Ok((probes, origin_ns))
+}
+
+/// What the report calls the target: the command, the processes' names, or all processes.
+fn target_comm(launched: Option<&Launched>, targets: &Targets, pids: &[u32]) -> String {
+    match launched {
+        // Still the tracer's copy until it execs: name it after the command.
+        Some(launched) => launched.comm(),
+        None if targets.is_system_wide() => SYSTEM_WIDE_COMM.to_string(),
+        None => pids
+            .iter()
+            .filter_map(|&pid| procfs::comm(pid))
+            .collect::<Vec<_>>()
+            .join(","),
+    }
+}
+
+/// Says on stderr what is traced and how to stop it (and where `serve` answers).
+fn announce(view: &View, targets: &Targets, comm: &str, endpoint: Option<&crate::serve::Endpoint>) {
+    let what = if targets.is_system_wide() {
+        comm.to_string()
+    } else {
+        // The target names itself: escaped for the terminal; gone if it died while the
+        // programs loaded (the report then says it exited).
+        let shown = if comm.is_empty() {
+            "exited".into()
+        } else {
+            crate::present::escaped(comm)
+        };
+        format!(
+            "pid {} ({shown})",
+            targets
+                .listed()
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        )
+    };
+    eprintln!(
+        "mmapsem-trace: attached to mmap_lock tracepoints; tracing {what}; {}",
+        if matches!(*view, View::Live { .. }) {
+            "q to stop"
+        } else {
+            "Ctrl-C to stop"
+        }
+    );
+    if let Some(endpoint) = endpoint {
+        eprintln!(
+            "mmapsem-trace: serving http://{0}/metrics and http://{0}/debug/pprof/mmap_lock?seconds=N",
+            endpoint.address
+        );
     }
 }
 
@@ -343,19 +401,33 @@ fn log_copy_use(stats: &CopyStats, unwound_events: u64) {
     }
 }
 
-/// Harvests, symbolizes (reusing what the views already symbolized) and writes every output.
-#[allow(clippy::too_many_arguments)]
-fn finish(
-    cli: &Cli,
-    targets: &Targets,
-    outputs: &Outputs,
-    mut probes: Probes,
-    mut watch: Watch,
-    mut symbolizer: StackSymbolizer,
-    collected_per_thread: bool,
+/// What a trace has when it ends, for `finish`.
+struct Collected<'a> {
+    targets: &'a Targets,
+    outputs: &'a Outputs,
+    probes: Probes,
+    watch: Watch,
+    /// With what the views already symbolized.
+    symbolizer: StackSymbolizer,
+    /// Whether the programs kept the targets' threads apart (the live view, copied stacks).
+    per_thread: bool,
     comm: String,
+    /// CLOCK_MONOTONIC at the trace's start, the timeline's zero.
     origin_ns: u64,
-) -> Result<()> {
+}
+
+/// Harvests, symbolizes (reusing what the views already symbolized) and writes every output.
+fn finish(cli: &Cli, collected: Collected) -> Result<()> {
+    let Collected {
+        targets,
+        outputs,
+        mut probes,
+        mut watch,
+        mut symbolizer,
+        per_thread: collected_per_thread,
+        comm,
+        origin_ns,
+    } = collected;
     let phase = Instant::now();
     // Disarmed first, so that no copy arrives after the last drain.
     probes.set_armed(false)?;
@@ -417,18 +489,11 @@ fn finish(
             .map_or(0, |(_, n)| *n),
     };
     let meta = TraceMeta {
-        pids: targets.listed().to_vec(),
-        system_wide: targets.is_system_wide(),
         process_names,
-        comm,
         // Every thread that ran during the trace: a tree of short-lived processes is rarely
         // alive at one of the looks.
         threads: watch.max_threads.max(watch.threads_seen),
-        duration_ns: watch.elapsed.as_nanos() as u64,
-        thread_time_ns: watch.thread_time_ns,
-        exited: watch.exited,
-        stack_threshold_ns: cli.stack_threshold(),
-        thread_names: watch.thread_names,
+        ..watch.trace_meta(targets, &comm, cli.stack_threshold())
     };
     let report = build_report(&harvest, &symbols, &meta);
     if cfg!(debug_assertions) {

@@ -71,7 +71,7 @@ pub fn since(now: &Harvest, before: &Harvest) -> Harvest {
         stacks: stacks.clone(),
         locker_comms: locker_comms.clone(),
         in_flight: *in_flight,
-        features: features.clone(),
+        features: *features,
         estimated_user_stacks: estimated_user_stacks.clone(),
     }
 }
@@ -247,7 +247,7 @@ pub fn without_threads(harvest: &Harvest) -> Harvest {
         in_flight: *in_flight,
         syscalls: *syscalls,
         faults: *faults,
-        features: features.clone(),
+        features: *features,
         timeline: timeline.clone(),
         run_stats: run_stats.clone(),
     }
