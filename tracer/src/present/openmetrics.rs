@@ -7,7 +7,8 @@
 //! - `mmap_lock_seconds{comm, cause, mode, kind[, pid]}`: histogram of waits and holds, the
 //!   kernel's log2 slots as `le` bounds;
 //! - `mmap_lock_acquisitions_total`, `mmap_lock_failed_trylocks_total`,
-//!   `mmap_lock_interrupted_total` `{mode}`: every traced locker;
+//!   `mmap_lock_interrupted_total`, `mmap_lock_downgrades_total` `{mode}`: every traced
+//!   locker;
 //! - `mmapsem_trace_lost_events_total{counter}`: every drop and unpaired-event counter, and
 //!   `series_cap` for operations left out of series past `--max-series`;
 //! - `mmapsem_trace_program_runs_total`, `mmapsem_trace_program_run_seconds_total`
@@ -139,7 +140,7 @@ impl Scrape {
 
     fn encode_totals(&self, encoder: &mut DescriptorEncoder) -> std::fmt::Result {
         let totals = &self.since_start.totals;
-        let families: [(&str, &str, ModeCounter); 3] = [
+        let families: [(&str, &str, ModeCounter); 4] = [
             (
                 "mmap_lock_acquisitions",
                 "Acquisitions of mmap_lock by every traced locker",
@@ -154,6 +155,12 @@ impl Scrape {
                 "mmap_lock_interrupted",
                 "Waits for mmap_lock given up on a fatal signal (killable locks)",
                 |t| t.interrupted,
+            ),
+            (
+                "mmap_lock_downgrades",
+                "Write holds that went on as read holds (mmap_write_downgrade, as munmap does): \
+                 each is also a read hold without a read acquisition",
+                |t| t.downgrades,
             ),
         ];
         for (name, help, value) in families {
@@ -289,6 +296,11 @@ mod tests {
         );
         assert!(
             text.contains(r#"mmap_lock_acquisitions_total{mode="read"} 0"#),
+            "{text}"
+        );
+        // Read holds can outnumber read acquisitions: the downgrades say by how many.
+        assert!(
+            text.contains(r#"mmap_lock_downgrades_total{mode="write"} 0"#),
             "{text}"
         );
         assert!(text.trim_end().ends_with("# EOF"), "{text}");
