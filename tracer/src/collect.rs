@@ -1,6 +1,11 @@
 //! The collect loop: runs while the programs trace, samples what /proc says about the targets,
 //! drains the timeline, and hands running snapshots to whoever shows them (the live view, the
-//! interval printer). It ends on the duration, a signal, the targets' exit, or the view's quit.
+//! interval printer, the daemon). It ends on the duration, a signal, the targets' exit, or the
+//! view's quit.
+//!
+//! The loop owns the clock and reads the kernel side through a `Source` (the probes, or a fake
+//! in the tests below); a `Sink` says at each tick whether it wants a snapshot and is shown the
+//! one the loop took, so the views never touch the probes.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -9,12 +14,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::Notify;
-use tracer_common::FAULTS_USER;
+use tracer_common::{StateKey, FAULTS_USER};
 
 use crate::model::thread_time::thread_time_ns;
 use crate::model::unwound::{splice, PendingCopies, StackRecord, Unwound};
 use crate::model::{build_report, delta, Harvest, LiveSnapshot, Report, TraceMeta};
-use crate::probes::Probes;
 use crate::symbolize::StackSymbolizer;
 use crate::system::proc_looker::{ProcLooker, ProcessLook};
 use crate::system::procfs::{self, MappingHistory};
@@ -256,10 +260,75 @@ pub enum Flow {
     Stop,
 }
 
-/// Something that shows the trace while it runs. `on_tick` is called every tick, with the
-/// probes to snapshot when it is time.
+/// The kernel state a sink may let go of (the daemon, once it has folded the dead).
+pub trait Forget {
+    /// The threads with a lock state, each with whether it still holds an aggregation left
+    /// pending (which user space must not drop).
+    fn thread_states(&self) -> Result<Vec<(StateKey, bool)>>;
+    /// Deletes the entries of processes that are gone; returns how many.
+    fn forget_processes(&self, gone: &HashSet<u32>) -> Result<usize>;
+    /// Deletes the per-thread state of threads that are gone; returns how many.
+    fn forget_threads(&self, states: &[StateKey]) -> Result<usize>;
+}
+
+/// What the collect loop reads of the kernel side while the programs trace: the probes, or a
+/// fake in tests.
+pub trait Source: Forget {
+    /// Whether the programs follow the listed targets' forks (a traced command's tree).
+    fn follows_forks(&self) -> bool;
+    /// The processes the programs follow from the listed targets' forks.
+    fn inherited_pids(&self) -> Result<Vec<u32>>;
+    /// System-wide: the processes whose mm the programs have registered so far.
+    fn registered_pids(&self) -> Result<Vec<u32>>;
+    /// The processes whose user stacks the collected data refers to.
+    fn user_stack_owners(&self) -> Result<HashSet<u32>>;
+    /// (summed lifetimes inside the trace in ns, number) of the target threads that exited.
+    fn exited_threads(&self) -> Result<(u64, u64)>;
+    /// When the trace was armed (monotonic ns).
+    fn trace_start_ns(&self) -> u64;
+    /// Moves the timeline events written so far into memory.
+    fn drain_timeline(&mut self);
+    /// The user stack copies and events written since the last call.
+    fn drain_user_stacks(&mut self) -> Vec<StackRecord>;
+    /// The frames of one stack of the stack map, if it is still there.
+    fn stack(&self, id: i32) -> Option<Vec<u64>>;
+    /// The cumulative maps, read while the programs keep running.
+    fn snapshot(&self) -> Result<Harvest>;
+}
+
+/// A snapshot as the loop hands it to a sink: the cumulative harvest (completed with what
+/// user space knows), the watch, and what of the kernel side the sink may let go of.
+pub struct Snapshot<'a> {
+    pub harvest: Harvest,
+    pub watch: &'a mut Watch,
+    pub kernel: &'a dyn Forget,
+}
+
+/// The cumulative maps now, completed with what the watch knows (unwound stacks, faults).
+pub fn snapshot_of(source: &dyn Source, watch: &Watch) -> Result<Harvest> {
+    let mut harvest = source.snapshot()?;
+    watch.complete(&mut harvest);
+    Ok(harvest)
+}
+
+/// What a sink wants of a tick.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Want {
+    Nothing,
+    /// A snapshot, handed to `Sink::show`.
+    Snapshot,
+    /// The end of the trace (the view's quit).
+    Stop,
+}
+
+/// Something that shows the trace while it runs. Every tick the loop asks it what it wants
+/// (`poll`: it takes in its own inputs, keys or requests, and keeps its own cadence) and shows
+/// it the snapshot it asked for.
 pub trait Sink {
-    fn on_tick(&mut self, probes: &Probes, watch: &mut Watch) -> Result<Flow>;
+    fn poll(&mut self, now: Instant) -> Want;
+
+    /// Shows the snapshot asked for by the last `poll`.
+    fn show(&mut self, snapshot: Snapshot<'_>) -> Result<Flow>;
 
     /// Notified when the sink wants its next tick now rather than at the next TICK (the live
     /// view's `q`: waiting for the tick added up to 100 ms to the exit).
@@ -272,7 +341,11 @@ pub trait Sink {
 pub struct NoSink;
 
 impl Sink for NoSink {
-    fn on_tick(&mut self, _: &Probes, _: &mut Watch) -> Result<Flow> {
+    fn poll(&mut self, _: Instant) -> Want {
+        Want::Nothing
+    }
+
+    fn show(&mut self, _: Snapshot<'_>) -> Result<Flow> {
         Ok(Flow::Continue)
     }
 }
@@ -349,7 +422,7 @@ pub async fn watch_until_done(
     targets: &Targets,
     fault_baseline: Option<(u32, u64)>,
     duration: Option<f64>,
-    probes: &mut Probes,
+    source: &mut dyn Source,
     sink: &mut dyn Sink,
     stops: &mut Stops,
 ) -> (Watch, Option<anyhow::Error>) {
@@ -372,23 +445,23 @@ pub async fn watch_until_done(
         let now = Instant::now();
         let refresh = last_mappings.is_none_or(|t| now.duration_since(t) >= MAPPINGS_EVERY);
         if refresh {
-            watch.look_at_processes(targets, probes);
+            watch.look_at_processes(targets, source);
             last_mappings = Some(now);
         }
         if now.duration_since(last_forget) >= FORGET_DEAD_EVERY {
-            watch.forget_dead_processes(probes);
+            watch.forget_dead_processes(source);
             last_forget = now;
         }
         // System-wide, counting threads means a directory read per process: once a refresh.
         if refresh || !targets.is_system_wide() {
-            watch.count_threads(probes);
-            watch.sample_faults(probes.follows_forks);
+            watch.count_threads(source);
+            watch.sample_faults(source.follows_forks());
         }
         watch.take_looks();
         watch.elapsed = start.elapsed();
-        probes.drain_timeline();
-        let copies = probes.drain_user_stacks();
-        watch.unwind(copies, |id| probes.stack(id));
+        source.drain_timeline();
+        let copies = source.drain_user_stacks();
+        watch.unwind(copies, |id| source.stack(id));
         if let Targets::Pids(pids) = targets {
             if !pids.iter().any(|&p| procfs::is_alive(p)) {
                 watch.exited = true;
@@ -400,7 +473,7 @@ pub async fn watch_until_done(
             watch.ended_by = "duration reached";
             break;
         }
-        match sink.on_tick(probes, &mut watch) {
+        match tick_sink(sink, source, &mut watch) {
             Ok(Flow::Continue) => {}
             Ok(Flow::Stop) => {
                 watch.ended_by = "quit";
@@ -422,21 +495,37 @@ pub async fn watch_until_done(
     (watch, failure)
 }
 
+/// Asks the sink what it wants of this tick and, when it is a snapshot, takes and shows it.
+fn tick_sink(sink: &mut dyn Sink, source: &dyn Source, watch: &mut Watch) -> Result<Flow> {
+    match sink.poll(Instant::now()) {
+        Want::Nothing => Ok(Flow::Continue),
+        Want::Stop => Ok(Flow::Stop),
+        Want::Snapshot => {
+            let harvest = snapshot_of(source, watch)?;
+            sink.show(Snapshot {
+                harvest,
+                watch,
+                kernel: source,
+            })
+        }
+    }
+}
+
 impl Watch {
     /// Re-reads what /proc says of the traced processes. Given targets are re-read every time
     /// (their mappings change); system-wide, only processes seen for the first time are, since
     /// reading /proc/PID/maps takes each process's mmap_lock (copies outside known mappings
     /// and the end of the trace re-read them).
-    fn look_at_processes(&mut self, targets: &Targets, probes: &Probes) {
+    fn look_at_processes(&mut self, targets: &Targets, source: &dyn Source) {
         let (pids, only_new) = match targets {
             Targets::Pids(pids) => {
                 self.listed.clone_from(pids);
                 let mut pids = pids.clone();
                 // A traced command's processes, as the programs follow its forks.
-                pids.extend(probes.inherited_pids().unwrap_or_default());
+                pids.extend(source.inherited_pids().unwrap_or_default());
                 (pids, false)
             }
-            Targets::SystemWide => match probes.registered_pids() {
+            Targets::SystemWide => match source.registered_pids() {
                 Ok(pids) => (pids, true),
                 Err(err) => {
                     log::debug!("reading the registered processes: {err:#}");
@@ -457,7 +546,7 @@ impl Watch {
     /// last call (a copied stack of theirs has had time to arrive) and that no collected stack
     /// belongs to, so that memory follows what was collected rather than every process that
     /// ever ran (`-a` during a build sees thousands).
-    fn forget_dead_processes(&mut self, probes: &Probes) {
+    fn forget_dead_processes(&mut self, source: &dyn Source) {
         let dead: HashSet<u32> = self
             .mappings
             .keys()
@@ -472,7 +561,7 @@ impl Watch {
         if long_dead.is_empty() {
             return;
         }
-        let owners = match probes.user_stack_owners() {
+        let owners = match source.user_stack_owners() {
             Ok(owners) => owners,
             Err(err) => {
                 log::debug!("reading whose stacks were collected: {err:#}");
@@ -501,7 +590,7 @@ impl Watch {
     /// thread time from lifetimes: the exited threads' as the kernel summed them, the living
     /// ones' since they or the trace started. Called once more after the programs are
     /// disarmed, so that the end of the trace counts too.
-    pub fn count_threads(&mut self, probes: &Probes) {
+    pub fn count_threads(&mut self, source: &dyn Source) {
         let now = procfs::monotonic_ns();
         let mut living = HashMap::new();
         for &pid in &self.pids {
@@ -524,7 +613,7 @@ impl Watch {
         self.threads_now = living.len();
         self.max_threads = self.max_threads.max(living.len());
         self.thread_starts = living;
-        let (exited_ns, exited) = probes.exited_threads().unwrap_or_else(|err| {
+        let (exited_ns, exited) = source.exited_threads().unwrap_or_else(|err| {
             log::debug!("reading the exited threads' lifetimes: {err:#}");
             (0, 0)
         });
@@ -534,7 +623,7 @@ impl Watch {
         self.thread_time_ns = thread_time_ns(
             exited_ns,
             self.thread_starts.values().copied(),
-            probes.trace_start_ns(),
+            source.trace_start_ns(),
             now,
         );
     }
@@ -584,16 +673,9 @@ impl Windows {
         self.was_reset = true;
     }
 
-    /// Takes a snapshot, closes the interval, and returns both windows as reports.
-    /// `per_thread` keeps the targets' threads apart.
-    pub fn advance(
-        &mut self,
-        probes: &Probes,
-        watch: &Watch,
-        per_thread: bool,
-    ) -> Result<LiveSnapshot> {
-        let mut harvest = probes.snapshot()?;
-        watch.complete(&mut harvest);
+    /// Closes the interval at `harvest` (a cumulative snapshot) and returns both windows as
+    /// reports. `per_thread` keeps the targets' threads apart.
+    pub fn advance(&mut self, harvest: Harvest, watch: &Watch, per_thread: bool) -> LiveSnapshot {
         self.symbolizer.forget_unresolved();
         self.symbolizer.add(&harvest, &watch.mappings);
         let now = Mark {
@@ -604,14 +686,14 @@ impl Windows {
         let interval = self.report_between(&now, &self.previous, watch, per_thread);
         let cumulative = self.report_between(&now, &self.since, watch, per_thread);
         self.previous = now;
-        Ok(LiveSnapshot {
+        LiveSnapshot {
             interval,
             cumulative,
             elapsed_ns: watch.elapsed.as_nanos() as u64,
             threads_now: watch.threads_now,
             per_thread,
             was_reset: self.was_reset,
-        })
+        }
     }
 
     fn report_between(&self, now: &Mark, from: &Mark, watch: &Watch, per_thread: bool) -> Report {
@@ -686,7 +768,225 @@ fn memory_summary(
 
 #[cfg(test)]
 mod tests {
+    use std::cell::Cell;
+    use std::collections::VecDeque;
+
     use super::*;
+
+    /// The kernel side as the loop sees it, without BPF: snapshot n has n acquisitions.
+    #[derive(Default)]
+    struct FakeSource {
+        snapshots_taken: Cell<u64>,
+        drains: usize,
+        exited_threads: u64,
+        snapshot_fails: bool,
+    }
+
+    impl Forget for FakeSource {
+        fn thread_states(&self) -> Result<Vec<(StateKey, bool)>> {
+            Ok(Vec::new())
+        }
+        fn forget_processes(&self, _: &HashSet<u32>) -> Result<usize> {
+            Ok(0)
+        }
+        fn forget_threads(&self, _: &[StateKey]) -> Result<usize> {
+            Ok(0)
+        }
+    }
+
+    impl Source for FakeSource {
+        fn follows_forks(&self) -> bool {
+            false
+        }
+        fn inherited_pids(&self) -> Result<Vec<u32>> {
+            Ok(Vec::new())
+        }
+        fn registered_pids(&self) -> Result<Vec<u32>> {
+            Ok(Vec::new())
+        }
+        fn user_stack_owners(&self) -> Result<HashSet<u32>> {
+            Ok(HashSet::new())
+        }
+        fn exited_threads(&self) -> Result<(u64, u64)> {
+            Ok((1_000, self.exited_threads))
+        }
+        fn trace_start_ns(&self) -> u64 {
+            procfs::monotonic_ns()
+        }
+        fn drain_timeline(&mut self) {
+            self.drains += 1;
+        }
+        fn drain_user_stacks(&mut self) -> Vec<StackRecord> {
+            Vec::new()
+        }
+        fn stack(&self, _: i32) -> Option<Vec<u64>> {
+            None
+        }
+        fn snapshot(&self) -> Result<Harvest> {
+            if self.snapshot_fails {
+                anyhow::bail!("the maps could not be read");
+            }
+            self.snapshots_taken.set(self.snapshots_taken.get() + 1);
+            let mut harvest = Harvest::default();
+            harvest.totals[0].acquisitions = self.snapshots_taken.get();
+            Ok(harvest)
+        }
+    }
+
+    /// Wants what its script says, one tick each (then nothing), and notes what it was shown.
+    #[derive(Default)]
+    struct ScriptedSink {
+        wants: VecDeque<Want>,
+        /// (acquisitions of the snapshot, threads the watch counted then)
+        shown: Vec<(u64, usize)>,
+        polls: usize,
+        show_fails: bool,
+    }
+
+    impl Sink for ScriptedSink {
+        fn poll(&mut self, _: Instant) -> Want {
+            self.polls += 1;
+            self.wants.pop_front().unwrap_or(Want::Nothing)
+        }
+
+        fn show(&mut self, snapshot: Snapshot<'_>) -> Result<Flow> {
+            if self.show_fails {
+                anyhow::bail!("stdout closed");
+            }
+            let acquisitions = snapshot.harvest.totals[0].acquisitions;
+            self.shown.push((acquisitions, snapshot.watch.threads_now));
+            Ok(Flow::Continue)
+        }
+    }
+
+    fn run_loop(
+        targets: &Targets,
+        duration: Option<f64>,
+        source: &mut FakeSource,
+        sink: &mut dyn Sink,
+    ) -> (Watch, Option<anyhow::Error>) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _entered = runtime.enter();
+        let mut stops = Stops::install().unwrap();
+        runtime.block_on(watch_until_done(
+            targets, None, duration, source, sink, &mut stops,
+        ))
+    }
+
+    fn this_process() -> Targets {
+        Targets::Pids(vec![std::process::id()])
+    }
+
+    #[test]
+    fn the_loop_takes_a_snapshot_when_the_sink_asks_and_ends_on_its_quit() {
+        let mut source = FakeSource {
+            exited_threads: 3,
+            ..FakeSource::default()
+        };
+        let mut sink = ScriptedSink {
+            wants: [
+                Want::Nothing,
+                Want::Snapshot,
+                Want::Nothing,
+                Want::Nothing,
+                Want::Snapshot,
+                Want::Stop,
+            ]
+            .into(),
+            ..ScriptedSink::default()
+        };
+        let (watch, failure) = run_loop(&this_process(), None, &mut source, &mut sink);
+        assert!(failure.is_none(), "{failure:?}");
+        assert_eq!(watch.ended_by, "quit");
+        // One snapshot per ask, in order, each after the threads were counted.
+        assert_eq!(source.snapshots_taken.get(), 2);
+        let acquisitions: Vec<u64> = sink.shown.iter().map(|(a, _)| *a).collect();
+        assert_eq!(acquisitions, [1, 2]);
+        assert!(
+            sink.shown.iter().all(|&(_, threads)| threads >= 1),
+            "{:?}",
+            sink.shown
+        );
+        // Every tick drains the kernel's buffers before the sink is asked.
+        assert_eq!(sink.polls, 6);
+        assert_eq!(source.drains, 6);
+        // The exited threads the source counted are among those that ran.
+        assert!(watch.threads_seen > 3, "{}", watch.threads_seen);
+        assert!(!watch.exited);
+    }
+
+    #[test]
+    fn a_sink_that_fails_ends_the_trace_with_its_error() {
+        let mut source = FakeSource::default();
+        let mut sink = ScriptedSink {
+            wants: [Want::Snapshot, Want::Snapshot].into(),
+            show_fails: true,
+            ..ScriptedSink::default()
+        };
+        let (watch, failure) = run_loop(&this_process(), Some(30.0), &mut source, &mut sink);
+        assert_eq!(watch.ended_by, "error");
+        assert_eq!(
+            failure.map(|e| e.to_string()).as_deref(),
+            Some("stdout closed")
+        );
+        assert_eq!(sink.polls, 1);
+    }
+
+    #[test]
+    fn a_snapshot_that_cannot_be_read_ends_the_trace_without_showing_it() {
+        let mut source = FakeSource {
+            snapshot_fails: true,
+            ..FakeSource::default()
+        };
+        let mut sink = ScriptedSink {
+            wants: [Want::Snapshot].into(),
+            ..ScriptedSink::default()
+        };
+        let (watch, failure) = run_loop(&this_process(), Some(30.0), &mut source, &mut sink);
+        assert_eq!(watch.ended_by, "error");
+        assert!(failure.is_some());
+        assert!(sink.shown.is_empty());
+    }
+
+    #[test]
+    fn the_duration_ends_the_trace_on_the_loops_clock() {
+        let mut source = FakeSource::default();
+        let started = Instant::now();
+        let (watch, failure) = run_loop(&this_process(), Some(0.35), &mut source, &mut NoSink);
+        assert!(failure.is_none());
+        assert_eq!(watch.ended_by, "duration reached");
+        assert!(
+            watch.elapsed >= Duration::from_millis(350),
+            "{:?}",
+            watch.elapsed
+        );
+        assert!(watch.elapsed <= started.elapsed());
+        // A tick every 100 ms: the fourth or a later one sees the deadline.
+        assert!(source.drains >= 4, "{}", source.drains);
+    }
+
+    #[test]
+    fn a_target_that_exits_ends_the_trace() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        let mut source = FakeSource::default();
+        let mut sink = ScriptedSink::default();
+        let (watch, failure) = run_loop(
+            &Targets::Pids(vec![pid]),
+            Some(30.0),
+            &mut source,
+            &mut sink,
+        );
+        assert!(failure.is_none());
+        assert_eq!(watch.ended_by, "target exited");
+        assert!(watch.exited);
+        // It ends before the sink is asked anything: the final report covers the rest.
+        assert_eq!(sink.polls, 0);
+    }
 
     #[test]
     fn the_memory_line_names_what_holds_it() {

@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
 
-use crate::collect::{Flow, Sink, Watch, Windows};
+use crate::collect::{Flow, Sink, Snapshot, Want, Watch, Windows};
+use crate::model::Harvest;
 use crate::present;
-use crate::probes::Probes;
 
 pub struct IntervalPrinter {
     windows: Windows,
@@ -39,26 +39,19 @@ impl IntervalPrinter {
         }
     }
 
-    /// Prints the last, partial interval (so that nothing traced goes unreported) and hands
-    /// back the windows' symbolizer.
-    /// Prints the last interval (when `print_last`) and hands the windows back, with the
-    /// print's outcome beside them: a failed print must not lose what the windows symbolized.
-    pub fn finish(
-        mut self,
-        probes: &Probes,
-        watch: &Watch,
-        print_last: bool,
-    ) -> (Windows, Result<()>) {
-        let printed = if print_last {
-            self.print(probes, watch)
-        } else {
-            Ok(())
+    /// Prints the last, partial interval at `last` (so that nothing traced goes unreported;
+    /// none after a failed print) and hands the windows back, with the print's outcome beside
+    /// them: a failed print must not lose what the windows symbolized.
+    pub fn finish(mut self, last: Option<Result<Harvest>>, watch: &Watch) -> (Windows, Result<()>) {
+        let printed = match last {
+            Some(harvest) => harvest.and_then(|harvest| self.print(harvest, watch)),
+            None => Ok(()),
         };
         (self.windows, printed)
     }
 
-    fn print(&mut self, probes: &Probes, watch: &Watch) -> Result<()> {
-        let snapshot = self.windows.advance(probes, watch, self.per_thread)?;
+    fn print(&mut self, harvest: Harvest, watch: &Watch) -> Result<()> {
+        let snapshot = self.windows.advance(harvest, watch, self.per_thread);
         let report = if self.per_interval {
             &snapshot.interval
         } else {
@@ -86,11 +79,16 @@ impl IntervalPrinter {
 }
 
 impl Sink for IntervalPrinter {
-    fn on_tick(&mut self, probes: &Probes, watch: &mut Watch) -> Result<Flow> {
-        if Instant::now() >= self.next {
-            self.next += self.every;
-            self.print(probes, watch)?;
+    fn poll(&mut self, now: Instant) -> Want {
+        if now < self.next {
+            return Want::Nothing;
         }
+        self.next += self.every;
+        Want::Snapshot
+    }
+
+    fn show(&mut self, snapshot: Snapshot<'_>) -> Result<Flow> {
+        self.print(snapshot.harvest, snapshot.watch)?;
         Ok(Flow::Continue)
     }
 }

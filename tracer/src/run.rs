@@ -8,7 +8,9 @@ use std::time::Instant;
 use anyhow::{Context as _, Result};
 
 use crate::cli::{Cli, UserStackArg, View};
-use crate::collect::{watch_until_done, NoSink, Stops, Targets, Watch, Windows};
+use crate::collect::{
+    snapshot_of, watch_until_done, NoSink, Source as _, Stops, Targets, Watch, Windows,
+};
 use crate::exports::{Outputs, TimelineData};
 use crate::intervals::IntervalPrinter;
 use crate::launch::{Identity, Launched};
@@ -95,7 +97,8 @@ pub fn run(cli: Cli) -> Result<i32> {
                 IntervalPrinter::new(windows, interval, cli.reset, cli.per_thread, cli.top);
             let (watch, failure) = watch_with(&mut printer, &mut probes);
             // After a failed print (stdout closed), no last interval.
-            let (windows, last) = printer.finish(&probes, &watch, failure.is_none());
+            let last = failure.is_none().then(|| snapshot_of(&probes, &watch));
+            let (windows, last) = printer.finish(last, &watch);
             (watch, failure.or(last.err()), windows.into_symbolizer())
         }
         View::Live { interval } => {

@@ -18,11 +18,10 @@ use tokio::sync::Notify;
 use tracer_common::StateKey;
 
 use crate::cli::ServeArgs;
-use crate::collect::{Flow, Mark, Sink, Watch, Windows};
+use crate::collect::{Flow, Forget, Mark, Sink, Snapshot, Want, Watch, Windows};
 use crate::model::series::{Series, SeriesSettings};
-use crate::model::Report;
+use crate::model::{Harvest, Report};
 use crate::present::openmetrics::{self, Exposition};
-use crate::probes::Probes;
 use crate::symbolize::StackSymbolizer;
 use crate::system::procfs;
 
@@ -218,6 +217,8 @@ pub struct Server {
     gone_at_last_fold: HashSet<u32>,
     /// Threads with a lock state that were gone when the last fold ended.
     threads_gone_at_last_fold: HashSet<u32>,
+    /// Requests taken in by the last poll, answered once the snapshot they need is folded.
+    asked: Vec<Request>,
 }
 
 impl Server {
@@ -236,6 +237,7 @@ impl Server {
             profiles: Vec::new(),
             gone_at_last_fold: HashSet::new(),
             threads_gone_at_last_fold: HashSet::new(),
+            asked: Vec::new(),
         }
     }
 
@@ -243,14 +245,13 @@ impl Server {
         self.windows.into_symbolizer()
     }
 
-    fn fold(&mut self, probes: &Probes, watch: &mut Watch) -> Result<()> {
-        let snapshot = self.windows.advance(probes, watch, false)?;
-        self.series.fold(&snapshot.interval, &self.settings);
-        self.since_start = Some(snapshot.cumulative);
+    fn fold(&mut self, harvest: Harvest, watch: &mut Watch, kernel: &dyn Forget) {
+        let windows = self.windows.advance(harvest, watch, false);
+        self.series.fold(&windows.interval, &self.settings);
+        self.since_start = Some(windows.cumulative);
         self.next_fold = Instant::now() + FOLD_EVERY;
-        self.forget_gone(probes, watch);
-        self.forget_gone_threads(probes);
-        Ok(())
+        self.forget_gone(kernel, watch);
+        self.forget_gone_threads(kernel);
     }
 
     /// Once folded, the entries of processes that are gone only take room: they leave the
@@ -260,7 +261,7 @@ impl Server {
     /// Only processes already gone at the previous fold are forgotten: the snapshot just
     /// folded was read after their end, so it holds all they did (one that ended while it was
     /// read could still have had operations after it).
-    fn forget_gone(&mut self, probes: &Probes, watch: &mut Watch) {
+    fn forget_gone(&mut self, kernel: &dyn Forget, watch: &mut Watch) {
         let seen = self.windows.processes_seen();
         // Alive again: the pid was reused; the new process's entries stay.
         let gone: HashSet<u32> = self
@@ -276,7 +277,7 @@ impl Server {
         if gone.is_empty() {
             return;
         }
-        match probes.forget_processes(&gone) {
+        match kernel.forget_processes(&gone) {
             Ok(deleted) => log::debug!(
                 "forgot {} processes that are gone: {deleted} kernel entries",
                 gone.len()
@@ -289,8 +290,8 @@ impl Server {
 
     /// The lock states of threads gone since the last fold, unless they still hold an
     /// aggregation left pending (an exec leaves one on the old mm).
-    fn forget_gone_threads(&mut self, probes: &Probes) {
-        let states = match probes.thread_states() {
+    fn forget_gone_threads(&mut self, kernel: &dyn Forget) {
+        let states = match kernel.thread_states() {
             Ok(states) => states,
             Err(err) => {
                 log::warn!("reading the threads' lock states: {err:#}");
@@ -312,7 +313,7 @@ impl Server {
             return;
         }
         let keys: Vec<StateKey> = forget.into_iter().map(|(key, _)| key).collect();
-        match probes.forget_threads(&keys) {
+        match kernel.forget_threads(&keys) {
             Ok(deleted) => log::debug!(
                 "forgot {} threads that are gone: {deleted} kernel entries",
                 keys.len()
@@ -355,14 +356,26 @@ impl Server {
 }
 
 impl Sink for Server {
-    fn on_tick(&mut self, probes: &Probes, watch: &mut Watch) -> Result<Flow> {
-        let asked: Vec<Request> = self.endpoint.requests.try_iter().collect();
-        let now = Instant::now();
+    /// A fold is due every FOLD_EVERY, and whenever a request or a profile's end needs one.
+    fn poll(&mut self, now: Instant) -> Want {
+        self.asked.extend(self.endpoint.requests.try_iter());
         let profiles_due = self.profiles.iter().any(|p| p.due <= now);
-        if !asked.is_empty() || profiles_due || now >= self.next_fold {
-            self.fold(probes, watch)?;
+        if !self.asked.is_empty() || profiles_due || now >= self.next_fold {
+            Want::Snapshot
+        } else {
+            Want::Nothing
         }
-        for request in asked {
+    }
+
+    fn show(&mut self, snapshot: Snapshot<'_>) -> Result<Flow> {
+        let now = Instant::now();
+        let Snapshot {
+            harvest,
+            watch,
+            kernel,
+        } = snapshot;
+        self.fold(harvest, watch, kernel);
+        for request in std::mem::take(&mut self.asked) {
             let reply = match request.ask {
                 Ask::Metrics(format) => self.metrics(format),
                 Ask::Profile { seconds } => {

@@ -23,9 +23,8 @@ use ratatui::{
 };
 use tokio::sync::Notify;
 
-use crate::collect::{Flow, Sink, Watch, Windows};
+use crate::collect::{Flow, Sink, Snapshot, Want, Windows};
 use crate::model::LiveSnapshot;
-use crate::probes::Probes;
 use state::{Command, ViewState};
 
 /// What the UI thread reacts to.
@@ -49,6 +48,8 @@ pub struct LiveView {
     input_stop: Arc<AtomicBool>,
     input: Option<JoinHandle<()>>,
     wakeup: Arc<Notify>,
+    /// `r` was pressed: the next snapshot closes the window instead of being shown.
+    reset_asked: bool,
 }
 
 impl LiveView {
@@ -91,6 +92,7 @@ impl LiveView {
             input_stop,
             input: Some(input),
             wakeup,
+            reset_asked: false,
         })
     }
 
@@ -119,31 +121,42 @@ impl LiveView {
 }
 
 impl Sink for LiveView {
-    fn on_tick(&mut self, probes: &Probes, watch: &mut Watch) -> Result<Flow> {
+    fn poll(&mut self, now: Instant) -> Want {
         for command in self.commands.try_iter() {
             match command {
-                Command::Quit => return Ok(Flow::Stop),
-                Command::Reset => {
-                    // Close the interval now so the window starts at this moment.
-                    self.windows.advance(probes, watch, self.per_thread)?;
-                    self.windows.reset();
-                    self.next = Instant::now();
-                }
+                Command::Quit => return Want::Stop,
+                Command::Reset => self.reset_asked = true,
                 Command::PerThread(on) => {
                     self.per_thread = on;
-                    self.next = Instant::now();
+                    self.next = now;
                 }
             }
         }
         if self.ui_gone() {
             // The UI ended on its own (an error or a panic): stop tracing, keep the exports.
-            return Ok(Flow::Stop);
+            return Want::Stop;
         }
-        if Instant::now() >= self.next {
-            self.next = Instant::now() + self.every;
-            let snapshot = self.windows.advance(probes, watch, self.per_thread)?;
-            let _ = self.to_ui.send(Input::Data(Box::new(snapshot)));
+        if self.reset_asked || now >= self.next {
+            Want::Snapshot
+        } else {
+            Want::Nothing
         }
+    }
+
+    fn show(&mut self, snapshot: Snapshot<'_>) -> Result<Flow> {
+        let Snapshot { harvest, watch, .. } = snapshot;
+        if std::mem::take(&mut self.reset_asked) {
+            // Close the interval now so the window starts at this moment; the fresh window is
+            // shown at the next tick, which comes at once.
+            self.windows.advance(harvest, watch, self.per_thread);
+            self.windows.reset();
+            self.next = Instant::now();
+            self.wakeup.notify_one();
+            return Ok(Flow::Continue);
+        }
+        self.next = Instant::now() + self.every;
+        let snapshot = self.windows.advance(harvest, watch, self.per_thread);
+        let _ = self.to_ui.send(Input::Data(Box::new(snapshot)));
         Ok(Flow::Continue)
     }
 
