@@ -8,6 +8,7 @@
 pub mod holders;
 pub mod lock_state;
 pub mod map_names;
+pub mod program_names;
 
 pub use holders::{Blockers, HolderRef, Holders, LAST_HOLD, MAX_BLOCKERS, MAX_READERS, QUEUED};
 pub use lock_state::{

@@ -3,7 +3,7 @@
 
 use anyhow::{anyhow, Result};
 use aya::{programs::BtfTracePoint, Ebpf};
-use tracer_common::Config;
+use tracer_common::{program_names, Config};
 
 use crate::system::tracefs::{Tracefs, CONTENTION_BEGIN, CONTENTION_END};
 
@@ -40,18 +40,17 @@ pub fn attach(
             Err(err) => log::debug!("lock contention as BTF tracepoints: {err:#}"),
         }
     }
-    Ok(super::attach_tracepoints(
-        ebpf,
-        tracefs,
-        "contention_begin",
-        &[CONTENTION_BEGIN],
-        links,
-    )? && super::attach_tracepoints(ebpf, tracefs, "contention_end", &[CONTENTION_END], links)?)
+    let begin = program_names::CONTENTION_BEGIN;
+    let end = program_names::CONTENTION_END;
+    Ok(
+        super::attach_tracepoints(ebpf, tracefs, begin, &[CONTENTION_BEGIN], links)?
+            && super::attach_tracepoints(ebpf, tracefs, end, &[CONTENTION_END], links)?,
+    )
 }
 
 const BTF_PROGRAMS: [(&str, &str); 2] = [
-    ("btf_contention_begin", "contention_begin"),
-    ("btf_contention_end", "contention_end"),
+    (program_names::BTF_CONTENTION_BEGIN, "contention_begin"),
+    (program_names::BTF_CONTENTION_END, "contention_end"),
 ];
 
 fn load_btf(ebpf: &mut Ebpf) -> Result<()> {

@@ -4,6 +4,7 @@
 
 use anyhow::Result;
 use aya::Ebpf;
+use tracer_common::program_names::MM_FILEMAP_FAULT;
 
 use crate::system::tracefs::{Tracefs, FILEMAP_FAULT};
 
@@ -21,6 +22,6 @@ pub fn attach(
     }
     // filemap faults are extra detail: their absence does not disable fault attribution.
     let filemap =
-        super::attach_tracepoints(ebpf, tracefs, "mm_filemap_fault", &[FILEMAP_FAULT], links)?;
+        super::attach_tracepoints(ebpf, tracefs, MM_FILEMAP_FAULT, &[FILEMAP_FAULT], links)?;
     Ok((true, filemap))
 }

@@ -8,13 +8,11 @@ use std::time::Duration;
 use anyhow::{anyhow, Context as _, Result};
 use aya::{Ebpf, EbpfLoader};
 use tokio::signal::unix::{signal, SignalKind};
+use tracer_common::program_names;
 
 use super::mmap_lock;
 use crate::cli::BenchFloor;
 use crate::system::procfs;
-use crate::system::tracefs::{Needed, MMAP_LOCK_ACQUIRED, MMAP_LOCK_RELEASED, MMAP_LOCK_START};
-
-const EVENTS: [Needed; 3] = [MMAP_LOCK_START, MMAP_LOCK_ACQUIRED, MMAP_LOCK_RELEASED];
 
 /// How often the targets' liveness is checked, as the trace's collect loop does.
 const TICK: Duration = Duration::from_millis(100);
@@ -44,15 +42,6 @@ fn kind_name(kind: BenchFloor) -> &'static str {
     }
 }
 
-/// The floor programs of `kind`, in the order of the three events: `floor_btf_start_locking`
-/// for `mmap_lock_start_locking`.
-fn program_names(kind: BenchFloor) -> [String; 3] {
-    EVENTS.map(|event| {
-        let short = event.name.strip_prefix("mmap_lock_").unwrap_or(event.name);
-        format!("floor_{}_{short}", kind_name(kind))
-    })
-}
-
 /// Loads the object (its maps are created, but no other program is loaded) and attaches the
 /// three programs of `kind`, all verified before any is attached, as the tracer attaches its
 /// own.
@@ -61,13 +50,13 @@ fn attach(kind: BenchFloor) -> Result<Ebpf> {
     let mut ebpf = EbpfLoader::new()
         .load(super::EBPF_OBJECT)
         .map_err(|e| super::explain_permission(anyhow!(e), "loading the eBPF object"))?;
-    let names = program_names(kind);
-    let names = [names[0].as_str(), names[1].as_str(), names[2].as_str()];
     match kind {
-        BenchFloor::Classic => mmap_lock::attach_classic(&mut ebpf, &names)?,
+        BenchFloor::Classic => {
+            mmap_lock::attach_classic(&mut ebpf, &program_names::FLOOR_CLASSIC)?;
+        }
         BenchFloor::Btf => {
-            mmap_lock::load_btf(&mut ebpf, &names)?;
-            mmap_lock::attach_btf(&mut ebpf, &names)?;
+            mmap_lock::load_btf(&mut ebpf, &program_names::FLOOR_BTF)?;
+            mmap_lock::attach_btf(&mut ebpf, &program_names::FLOOR_BTF)?;
         }
     }
     Ok(ebpf)

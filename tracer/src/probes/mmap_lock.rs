@@ -8,7 +8,7 @@ use aya::{
     programs::{BtfTracePoint, TracePoint},
     Ebpf,
 };
-use tracer_common::Config;
+use tracer_common::{program_names, Config};
 
 use crate::model::LockTracepoints;
 use crate::system::btf::{KernelOffsets, LockArgIndices, LOCK_EVENTS};
@@ -36,13 +36,9 @@ fn btf_programs(args: &[LockArgIndices; 3]) -> Option<[&'static str; 3]> {
         })
     };
     if layout(1) {
-        Some(["btf_start_locking", "btf_acquire_returned", "btf_released"])
+        Some(program_names::MMAP_LOCK_BTF)
     } else if layout(2) {
-        Some([
-            "btf_memcg_start_locking",
-            "btf_memcg_acquire_returned",
-            "btf_memcg_released",
-        ])
+        Some(program_names::MMAP_LOCK_BTF_MEMCG)
     } else {
         None
     }
@@ -80,7 +76,7 @@ pub fn attach(
             ),
         }
     }
-    attach_classic(ebpf, &CLASSIC.map(|tp| tp.name))?;
+    attach_classic(ebpf, &program_names::MMAP_LOCK_CLASSIC)?;
     Ok(LockTracepoints::Classic)
 }
 
@@ -92,12 +88,12 @@ pub fn attach(
 fn attach_target_lifecycle(ebpf: &mut Ebpf) {
     for (name, without) in [
         (
-            "sched_process_exit",
+            program_names::SCHED_PROCESS_EXIT,
             "a target's mm reused after it exits may show its new owner's exec as an outside \
              locker, and exited threads' time is left out of thread time",
         ),
         (
-            "sched_process_fork",
+            program_names::SCHED_PROCESS_FORK,
             "the processes a traced command starts are not traced",
         ),
     ] {

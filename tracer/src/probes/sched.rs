@@ -2,6 +2,7 @@
 
 use anyhow::{anyhow, Result};
 use aya::{programs::BtfTracePoint, Ebpf};
+use tracer_common::program_names::SCHED_SWITCH;
 
 pub fn attach(ebpf: &mut Ebpf) -> Result<bool> {
     let btf = match super::kernel_btf() {
@@ -13,7 +14,7 @@ pub fn attach(ebpf: &mut Ebpf) -> Result<bool> {
             return Ok(false);
         }
     };
-    let program = super::program::<BtfTracePoint>(ebpf, "sched_switch")?;
+    let program = super::program::<BtfTracePoint>(ebpf, SCHED_SWITCH)?;
     if let Err(err) = program.load("sched_switch", &btf) {
         let err = super::load_failed(err, "loading the sched_switch BTF tracepoint");
         log::warn!(

@@ -161,7 +161,9 @@ fn every_programs_call_chain_fits_the_512_byte_stack_of_older_kernels() {
         .filter(|f| f.depth > 0 || !f.calls.is_empty())
         .collect();
     assert!(
-        programs.iter().any(|f| f.name == "btf_start_locking"),
+        programs
+            .iter()
+            .any(|f| f.name == tracer_common::program_names::MMAP_LOCK_BTF[0]),
         "no btf_start_locking among {:?}",
         programs.iter().map(|f| &f.name).collect::<Vec<_>>()
     );

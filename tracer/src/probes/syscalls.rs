@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 use aya::Ebpf;
-use tracer_common::{Config, MM_SYSCALLS};
+use tracer_common::{program_names, Config, MM_SYSCALLS};
 
 use crate::system::tracefs::{Tracefs, MM_SYSCALL_TRACEPOINTS};
 
@@ -37,7 +37,13 @@ pub fn attach(ebpf: &mut Ebpf, tracefs: &Tracefs, links: &mut super::ClassicLink
         .map(|(_, exit)| *exit)
         .collect();
     Ok(
-        super::attach_tracepoints(ebpf, tracefs, "mm_syscall_exit", &exits, links)?
-            && super::attach_tracepoints(ebpf, tracefs, "mm_syscall_enter", &enters, links)?,
+        super::attach_tracepoints(ebpf, tracefs, program_names::MM_SYSCALL_EXIT, &exits, links)?
+            && super::attach_tracepoints(
+                ebpf,
+                tracefs,
+                program_names::MM_SYSCALL_ENTER,
+                &enters,
+                links,
+            )?,
     )
 }
