@@ -4,6 +4,8 @@
 //! acquire and release. Updates from two CPUs at once are not atomic: a lost or doubled slot
 //! costs one attribution, never a crash or a wrong duration (durations come from `LockState`).
 
+use crate::{AggKey, NO_STACK};
+
 /// Readers tracked per mm; more concurrent readers are counted as overflow.
 pub const MAX_READERS: usize = 8;
 /// Holders remembered by one waiter (the writer, or up to this many readers).
@@ -223,6 +225,119 @@ impl Holders {
         out
     }
 }
+
+/// Identifies one hold: the holder thread and when it began.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct HoldId {
+    pub tid: u32,
+    pub _pad: u32,
+    pub hold_start_ns: u64,
+}
+
+/// A blocking hold's record in HOLDER_INFO, an array: slot `holder_slot(id)`. Writing a slot
+/// is a store, where inserting into a hash map allocated, inside the critical section. A later
+/// hold hashed to the same slot overwrites it; a waiter then finds another id there and charges
+/// the holder by thread only (counted as holder_stack_missing).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HolderRecord {
+    pub id: HoldId,
+    pub holder: HolderKey,
+}
+
+/// The HOLDER_INFO slot of the hold `id`, for a map of `mask + 1` slots.
+#[inline(always)]
+pub fn holder_slot(id: &HoldId, mask: u32) -> u32 {
+    let h = id.hold_start_ns ^ (id.tid as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    ((h ^ (h >> 29) ^ (h >> 47)) as u32) & mask
+}
+
+/// What a waiter needs to know of a holder that blocked it, kept from its release.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HolderKey {
+    pub kernel_stack: i32,
+    pub user_stack: i32,
+    pub tid: u32,
+    /// Tgid of an outside locker, else 0.
+    pub outside_pid: u32,
+    pub mode: u8,
+    pub syscall: u8,
+    pub fault: u8,
+    pub _pad: u8,
+}
+
+impl HolderKey {
+    /// A holder whose record is missing (still holding, or lost): charged by thread only.
+    pub fn unknown(tid: u32, mode: u8) -> Self {
+        HolderKey {
+            kernel_stack: NO_STACK,
+            user_stack: NO_STACK,
+            tid,
+            outside_pid: 0,
+            mode,
+            syscall: 0,
+            fault: 0,
+            _pad: 0,
+        }
+    }
+}
+
+/// A wait (its aggregation key) charged to one holder.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BlockKey {
+    pub waiter: AggKey,
+    pub holder: HolderKey,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BlockValue {
+    pub count: u64,
+    /// The waits' time, split equally between the holders each wait found.
+    pub wait_ns: u64,
+}
+
+impl BlockValue {
+    /// The value a new BLOCKED entry starts from, read from the object's constants: one made
+    /// on the stack compiled to a memset call, a frame more on the programs' call chains.
+    pub const ZERO: BlockValue = BlockValue {
+        count: 0,
+        wait_ns: 0,
+    };
+
+    /// Adds another CPU's (or thread's) value of the same holder.
+    pub fn merge(&mut self, o: &BlockValue) {
+        self.count += o.count;
+        self.wait_ns += o.wait_ns;
+    }
+
+    /// What this running value gained since `before`.
+    pub fn since(&self, before: &BlockValue) -> BlockValue {
+        BlockValue {
+            count: self.count.saturating_sub(before.count),
+            wait_ns: self.wait_ns.saturating_sub(before.wait_ns),
+        }
+    }
+}
+
+#[cfg(feature = "user")]
+// SAFETY: #[repr(C)], Copy, integers only, explicit padding.
+unsafe impl aya::Pod for HoldId {}
+#[cfg(feature = "user")]
+// SAFETY: #[repr(C)], Copy, integers only, explicit padding.
+unsafe impl aya::Pod for HolderKey {}
+#[cfg(feature = "user")]
+// SAFETY: #[repr(C)], Copy, integers only, explicit padding.
+unsafe impl aya::Pod for HolderRecord {}
+#[cfg(feature = "user")]
+// SAFETY: #[repr(C)], Copy, integers only, explicit padding.
+unsafe impl aya::Pod for BlockKey {}
+#[cfg(feature = "user")]
+// SAFETY: #[repr(C)], Copy, integers only, explicit padding.
+unsafe impl aya::Pod for BlockValue {}
 
 #[cfg(test)]
 mod tests {

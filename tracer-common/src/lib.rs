@@ -3,14 +3,41 @@
 //! Everything here is `no_std` and `#[repr(C)]`: the eBPF programs and user space read the same
 //! bytes. The state machine lives here (not in the eBPF crate) so that the exact code the kernel
 //! runs is unit-tested on the host.
+//!
+//! One module per probe family (its config, keys and values, Pod beside each type), as in
+//! tracer-ebpf and tracer's probes; the crate root keeps what every family's records carry:
+//! modes and kinds, the aggregation key and value, the per-mode totals and the loss counters.
 #![no_std]
 
+pub mod config;
+pub mod contention;
+pub mod faults;
 pub mod holders;
 pub mod lock_state;
 pub mod map_names;
+pub mod mmap_lock;
 pub mod program_names;
+pub mod sched;
+pub mod syscalls;
+pub mod targets;
+pub mod timeline;
+pub mod user_stacks;
 
-pub use holders::{Blockers, HolderRef, Holders, LAST_HOLD, MAX_BLOCKERS, MAX_READERS, QUEUED};
+// Re-exported whole: the programs and the tracer name these types from the crate root.
+pub use config::*;
+pub use contention::*;
+pub use faults::*;
+pub use mmap_lock::*;
+pub use sched::*;
+pub use syscalls::*;
+pub use targets::*;
+pub use timeline::*;
+pub use user_stacks::*;
+
+pub use holders::{
+    holder_slot, BlockKey, BlockValue, Blockers, HoldId, HolderKey, HolderRecord, HolderRef,
+    Holders, LAST_HOLD, MAX_BLOCKERS, MAX_READERS, QUEUED,
+};
 pub use lock_state::{
     Effects, LockEvent, LockState, OffCpu, PendingAgg, MISS_CONTINUATION_NS, OFF_RUNNABLE,
     OFF_SLEEPING, OFF_UNINTERRUPTIBLE,
@@ -342,502 +369,16 @@ impl Counter {
 
 pub const COUNTER_SLOTS: u32 = Counter::ALL.len() as u32;
 
-/// Where a tracepoint keeps its fields, read from tracefs at startup (layouts differ by kernel).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TracepointFields {
-    pub mm: u32,
-    pub write: u32,
-    /// Only meaningful for mmap_lock_acquire_returned.
-    pub success: u32,
-    pub _pad: u32,
-}
-
-/// Load-time configuration of the eBPF programs (a read-only global: the verifier prunes the
-/// branches it disables).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Config {
-    pub start_locking: TracepointFields,
-    pub acquire_returned: TracepointFields,
-    pub released: TracepointFields,
-    /// offsetof(struct task_struct, mm), from the running kernel's BTF.
-    pub task_mm_offset: u32,
-    /// offsetof(struct task_struct, pending) + offsetof(struct sigpending, signal).
-    pub task_pending_signal_offset: u32,
-    /// offsetof(struct task_struct, pid), for sched_switch's task pointers.
-    pub task_pid_offset: u32,
-    /// offsetof(struct task_struct, flags), to tell kernel threads (PF_KTHREAD) apart.
-    pub task_flags_offset: u32,
-    /// offsetof(struct mm_struct, mmap_lock): lock:contention_* name the lock, not the mm.
-    pub mm_mmap_lock_offset: u32,
-    /// lock_addr in lock:contention_begin / contention_end.
-    pub contention_begin_lock: u32,
-    pub contention_end_lock: u32,
-    /// __syscall_nr in the syscalls:sys_{enter,exit}_* events.
-    pub syscall_nr_offset: u32,
-    /// This architecture's numbers of MM_SYSCALLS, in that order.
-    pub syscall_nrs: [i32; MM_SYSCALLS.len()],
-    /// Waits and holds at least this long get kernel and user stacks.
-    pub stack_threshold_ns: u64,
-    /// The tracer's own tgid: its events are ignored except to discover a target's mm.
-    pub tracer_tgid: u32,
-    /// Non-zero: key aggregation by thread id.
-    /// 0, PER_THREAD_ALWAYS or PER_THREAD_WHILE_ROOM.
-    pub per_thread: u32,
-    /// Non-zero: take user stacks too.
-    pub user_stacks: u32,
-    /// Non-zero: trace every user process's mm (`-a`), learning each mm's owner as it locks
-    /// its own mm, instead of the targets' only.
-    pub system_wide: u32,
-    /// Waits and holds at least this long are also sent to the timeline ring buffer; 0 turns
-    /// the timeline off (the default, so the hot path pays nothing for it).
-    pub timeline_threshold_ns: u64,
-    /// Waits and holds at least this long get their user stack copied for unwinding; shorter
-    /// ones with a kernel stack are copied one in `user_stack_sample`.
-    pub user_stack_threshold_ns: u64,
-    /// Bytes of user stack to copy from the saved user sp (at most USER_STACK_MAX); 0: no
-    /// copies (`--user-stack fp|none`).
-    pub user_stack_bytes: u32,
-    /// 1 in this many waits and holds under `user_stack_threshold_ns` (with a kernel stack)
-    /// are copied too, so that common short paths are unwound; 0: none.
-    pub user_stack_sample: u32,
-    /// Where the task's saved user registers are (from BTF): `task_struct.stack`, the kernel
-    /// stack size, `sizeof(struct pt_regs)` and its ip, sp and bp members.
-    pub task_stack_offset: u32,
-    pub thread_size: u32,
-    pub pt_regs_size: u32,
-    pub pt_regs_ip: u32,
-    pub pt_regs_sp: u32,
-    pub pt_regs_bp: u32,
-    pub pt_regs_orig_ax: u32,
-    /// Non-zero when the offsets above are known: lock operations serving a user page fault
-    /// are then told apart by the saved orig_ax (-1 on exception entry).
-    pub user_regs_known: u32,
-    /// User stack copies each CPU may make per USER_STACK_BUDGET_WINDOW_NS: a share of the ring
-    /// buffer that user space drains in that time, so that a busy target is sampled rather than
-    /// filling the ring.
-    pub user_stack_budget: u32,
-    /// Non-zero: attribute waits and holds (fault and syscall causes, the holders waited
-    /// behind, the holding thread for the off-CPU split). 0 is the timing-only mode (`--lean`):
-    /// the verifier prunes all of it from the lock programs.
-    pub attribution: u32,
-    /// Non-zero: at most FAST_TARGETS listed targets (no `-a`), found through the TARGET_SLOTS
-    /// array instead of a hash lookup; with `--lean` and no per-thread rows, aggregated in the
-    /// LEAN_AGG array per target, kind and mode.
-    pub target_slots: u32,
-    pub _pad: u32,
-    /// Waits and holds at least this long get their stacks walked when they end, inside the
-    /// critical section (every waiter pays for that walk) if they were not walked at
-    /// start_locking, where a lock operation expected to be long, or sampled, gets them.
-    pub late_stack_threshold_ns: u64,
-    /// offsetof(struct task_struct, active_mm), offsetof(struct task_struct, signal) and
-    /// offsetof(struct signal_struct, live): at sched_process_exit, whether the whole process
-    /// is gone and which mm it left (exit_mm has cleared `mm` by then, not `active_mm`).
-    pub task_active_mm_offset: u32,
-    pub task_signal_offset: u32,
-    pub signal_live_offset: u32,
-    /// Once AGG or BLOCKED holds this many keys, new keys drop their thread ids (unless
-    /// per-thread rows were asked for, PER_THREAD_ALWAYS): keys that grow with the target's
-    /// thread count would fill them on a target of thousands of threads, losing the durations
-    /// and charges themselves.
-    pub fold_threads_at: u32,
-    /// offsetof(struct task_struct, start_time) (CLOCK_MONOTONIC ns): at sched_process_exit,
-    /// how long an exiting target thread lived inside the trace.
-    pub task_start_time_offset: u32,
-    /// offsetof(struct task_struct, tgid), for sched_process_fork's child.
-    pub task_tgid_offset: u32,
-    /// Non-zero with `-- CMD`: the processes a target forks are targets too (until they exit).
-    pub inherit: u32,
-    /// HOLDER_INFO's size minus one (a power of two): see `holder_slot`.
-    pub holder_slots_mask: u32,
-}
-
-/// THREAD_EXITS slots: summed lifetimes inside the trace (ns) of the target threads that exited
-/// while it ran, and their number.
-pub const EXITED_LIFETIME_NS: u32 = 0;
-pub const EXITED_THREADS: u32 = 1;
-
-/// `Config::per_thread`: entries keyed by thread always (the user asked for per-thread rows),
-/// or while the maps have room (collected per thread for the live view and for splitting copied
-/// stacks, merged afterwards: a key without its thread loses nothing once merged).
-pub const PER_THREAD_ALWAYS: u32 = 1;
-pub const PER_THREAD_WHILE_ROOM: u32 = 2;
-
-/// Slots of the KEY_COUNTS array: keys inserted into AGG and into BLOCKED.
-pub const KEYS_AGG: u32 = 0;
-pub const KEYS_BLOCKED: u32 = 1;
-
-/// The floor of `Config::late_stack_threshold_ns` (unless stacks are asked for everything):
-/// an operation this long costs its waiters far more than the walk does.
-pub const LATE_STACK_FLOOR_NS: u64 = 1_000_000;
-
-/// Listed targets recognised without a hash lookup.
-pub const FAST_TARGETS: usize = 8;
-
-/// The listed targets: slot i is the target `pids[i]` (0: free), whose mm is `mms[i]` once
-/// one of its threads locked it (learnt by the programs; a new mm after an exec replaces it).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct FastTargets {
-    pub pids: [u32; FAST_TARGETS],
-    pub mms: [u64; FAST_TARGETS],
-}
-
-/// Entries of the LEAN_AGG per-CPU array: one per (target slot, kind, mode).
-pub const LEAN_AGG_SLOTS: u32 = (FAST_TARGETS * 4) as u32;
-
-#[inline(always)]
-pub fn lean_agg_index(slot: usize, kind: u8, mode: u8) -> u32 {
-    (slot as u32 % FAST_TARGETS as u32) * 4 + (kind as u32 & 1) * 2 + (mode as u32 & 1)
-}
-
-impl Config {
-    /// The all-zero value the eBPF object is compiled with; user space overrides it at load time.
-    pub const ZERO: Config = Config {
-        start_locking: TracepointFields::ZERO,
-        acquire_returned: TracepointFields::ZERO,
-        released: TracepointFields::ZERO,
-        task_mm_offset: 0,
-        task_pending_signal_offset: 0,
-        task_pid_offset: 0,
-        task_flags_offset: 0,
-        mm_mmap_lock_offset: 0,
-        contention_begin_lock: 0,
-        contention_end_lock: 0,
-        syscall_nr_offset: 0,
-        syscall_nrs: [0; MM_SYSCALLS.len()],
-        stack_threshold_ns: 0,
-        tracer_tgid: 0,
-        per_thread: 0,
-        user_stacks: 0,
-        system_wide: 0,
-        timeline_threshold_ns: 0,
-        user_stack_threshold_ns: 0,
-        user_stack_bytes: 0,
-        user_stack_sample: 0,
-        task_stack_offset: 0,
-        thread_size: 0,
-        pt_regs_size: 0,
-        pt_regs_ip: 0,
-        pt_regs_sp: 0,
-        pt_regs_bp: 0,
-        pt_regs_orig_ax: 0,
-        user_regs_known: 0,
-        user_stack_budget: 0,
-        attribution: 0,
-        target_slots: 0,
-        _pad: 0,
-        late_stack_threshold_ns: 0,
-        task_active_mm_offset: 0,
-        task_signal_offset: 0,
-        signal_live_offset: 0,
-        fold_threads_at: 0,
-        task_start_time_offset: 0,
-        task_tgid_offset: 0,
-        inherit: 0,
-        holder_slots_mask: 0,
-    };
-}
-
-impl TracepointFields {
-    pub const ZERO: TracepointFields = TracepointFields {
-        mm: 0,
-        write: 0,
-        success: 0,
-        _pad: 0,
-    };
-}
-
-/// The syscalls that take mmap_lock for a reason of their own, traced for per-syscall totals.
-pub const MM_SYSCALLS: [&str; 6] = ["mmap", "munmap", "mprotect", "mremap", "madvise", "brk"];
-
-/// An mm syscall in progress on one thread (its lock wait and hold are kept in the thread's
-/// LockState meanwhile, so that no lock event looks this up inside the critical section).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SyscallState {
-    /// Index into MM_SYSCALLS.
-    pub index: u32,
-    pub _pad: u32,
-    pub enter_ns: u64,
-}
-
-/// Per-syscall totals (a per-CPU array indexed like MM_SYSCALLS).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "user", derive(serde::Serialize))]
-pub struct SyscallTotals {
-    pub count: u64,
-    pub total_ns: u64,
-    pub lock_wait_ns: u64,
-    pub lock_hold_ns: u64,
-}
-
-impl SyscallTotals {
-    pub fn merge(&mut self, o: &SyscallTotals) {
-        self.count += o.count;
-        self.total_ns += o.total_ns;
-        self.lock_wait_ns += o.lock_wait_ns;
-        self.lock_hold_ns += o.lock_hold_ns;
-    }
-
-    /// What these running totals gained since `before`.
-    pub fn since(&self, before: &SyscallTotals) -> SyscallTotals {
-        SyscallTotals {
-            count: self.count.saturating_sub(before.count),
-            total_ns: self.total_ns.saturating_sub(before.total_ns),
-            lock_wait_ns: self.lock_wait_ns.saturating_sub(before.lock_wait_ns),
-            lock_hold_ns: self.lock_hold_ns.saturating_sub(before.lock_hold_ns),
-        }
-    }
-}
-
-/// Slots of the per-CPU fault counter array.
-/// User faults of the targets: filled in by user space from /proc/PID/stat (counting them in
-/// the kernel cost a program run on every fault).
-pub const FAULTS_USER: u32 = 0;
-/// Lock operations taken by user page faults (fell back from the per-VMA lock).
-pub const FAULTS_TOOK_MMAP_LOCK: u32 = 1;
-pub const FAULTS_FILEMAP: u32 = 2;
-/// filemap faults while the faulting thread held the target's mmap_lock.
-pub const FAULTS_FILEMAP_UNDER_LOCK: u32 = 3;
-pub const FAULT_SLOTS: u32 = 4;
-
-/// Identifies one hold: the holder thread and when it began.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct HoldId {
-    pub tid: u32,
-    pub _pad: u32,
-    pub hold_start_ns: u64,
-}
-
-/// A blocking hold's record in HOLDER_INFO, an array: slot `holder_slot(id)`. Writing a slot
-/// is a store, where inserting into a hash map allocated, inside the critical section. A later
-/// hold hashed to the same slot overwrites it; a waiter then finds another id there and charges
-/// the holder by thread only (counted as holder_stack_missing).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct HolderRecord {
-    pub id: HoldId,
-    pub holder: HolderKey,
-}
-
-/// The HOLDER_INFO slot of the hold `id`, for a map of `mask + 1` slots.
-#[inline(always)]
-pub fn holder_slot(id: &HoldId, mask: u32) -> u32 {
-    let h = id.hold_start_ns ^ (id.tid as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    ((h ^ (h >> 29) ^ (h >> 47)) as u32) & mask
-}
-
-/// What a waiter needs to know of a holder that blocked it, kept from its release.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct HolderKey {
-    pub kernel_stack: i32,
-    pub user_stack: i32,
-    pub tid: u32,
-    /// Tgid of an outside locker, else 0.
-    pub outside_pid: u32,
-    pub mode: u8,
-    pub syscall: u8,
-    pub fault: u8,
-    pub _pad: u8,
-}
-
-impl HolderKey {
-    /// A holder whose record is missing (still holding, or lost): charged by thread only.
-    pub fn unknown(tid: u32, mode: u8) -> Self {
-        HolderKey {
-            kernel_stack: NO_STACK,
-            user_stack: NO_STACK,
-            tid,
-            outside_pid: 0,
-            mode,
-            syscall: 0,
-            fault: 0,
-            _pad: 0,
-        }
-    }
-}
-
-/// A wait (its aggregation key) charged to one holder.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct BlockKey {
-    pub waiter: AggKey,
-    pub holder: HolderKey,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct BlockValue {
-    pub count: u64,
-    /// The waits' time, split equally between the holders each wait found.
-    pub wait_ns: u64,
-}
-
-impl BlockValue {
-    /// The value a new BLOCKED entry starts from, read from the object's constants: one made
-    /// on the stack compiled to a memset call, a frame more on the programs' call chains.
-    pub const ZERO: BlockValue = BlockValue {
-        count: 0,
-        wait_ns: 0,
-    };
-
-    /// Adds another CPU's (or thread's) value of the same holder.
-    pub fn merge(&mut self, o: &BlockValue) {
-        self.count += o.count;
-        self.wait_ns += o.wait_ns;
-    }
-
-    /// What this running value gained since `before`.
-    pub fn since(&self, before: &BlockValue) -> BlockValue {
-        BlockValue {
-            count: self.count.saturating_sub(before.count),
-            wait_ns: self.wait_ns.saturating_sub(before.wait_ns),
-        }
-    }
-}
-
-/// A hold (its aggregation key) and a kernel stack its thread slept in.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SleepKey {
-    pub hold: AggKey,
-    pub stack: i32,
-    pub _pad: u32,
-}
-
-/// One wait or hold over the timeline threshold, as sent through the timeline ring buffer.
-/// Stacks travel as ids into the stack map and are symbolized once, at the end.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TimelineEvent {
-    /// bpf_ktime_get_ns (CLOCK_MONOTONIC) when the wait or hold began.
-    pub start_ns: u64,
-    pub duration_ns: u64,
-    /// The locking thread (always set, whatever the aggregation key holds).
-    pub tid: u32,
-    pub _pad: u32,
-    /// The entry the wait or hold was aggregated under (its stacks, kind, mode, cause).
-    pub key: AggKey,
-}
-
-/// Largest user stack window one record carries: whole pages, copied from the page holding the
-/// saved user sp (so up to a page less than this lies above sp).
-pub const USER_STACK_MAX: usize = 64 * 1024;
-pub const USER_STACK_PAGE: usize = 4096;
-/// Pages of the two record sizes: the small one fits the default 16 KiB window plus the partial
-/// page below it, so that a ring record does not reserve 64 KiB for a 20 KiB copy.
-pub const USER_STACK_SMALL_PAGES: usize = 5;
-pub const USER_STACK_MAX_PAGES: usize = USER_STACK_MAX / USER_STACK_PAGE;
-
-/// The window of `Config::user_stack_budget`: user space drains the ring this often.
-pub const USER_STACK_BUDGET_WINDOW_NS: u64 = 100_000_000;
-
-/// Per-CPU state of the copy budget.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CopyBudget {
-    pub window_start_ns: u64,
-    pub used: u32,
-    pub _pad: u32,
-}
-
-/// What a user-stack ring record is (its first field).
-pub const USER_STACK_RECORD_COPY: u32 = 1;
-pub const USER_STACK_RECORD_EVENT: u32 = 2;
-
-/// The fixed part of a `UserStackCopy`: whose stack, its saved registers, and how much of it
-/// follows. Copies are taken when a lock operation begins (before the lock is taken, so that no
-/// waiter pays for the copy) and used by the `UserStackEvent`s that name them.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct UserStackCopyHeader {
-    /// USER_STACK_RECORD_COPY.
-    pub record: u32,
-    pub tid: u32,
-    /// bpf_ktime_get_ns when the copy was made: with `tid`, names the copy.
-    pub copy_id: u64,
-    /// The process whose stack this is (its objects unwind it).
-    pub pid: u32,
-    /// Bytes of the copy's pages that hold stack memory (from `stack_start`).
-    pub stack_len: u32,
-    /// User registers saved when the thread entered the kernel (syscall or fault).
-    pub ip: u64,
-    pub sp: u64,
-    pub bp: u64,
-    /// User address of the first copied byte: sp rounded down to its page.
-    pub stack_start: u64,
-}
-
-/// A user stack copy as the ring buffer carries it, in one of two sizes (`PAGES`).
-#[repr(C)]
-pub struct UserStackCopy<const PAGES: usize> {
-    pub header: UserStackCopyHeader,
-    pub pages: [[u8; USER_STACK_PAGE]; PAGES],
-}
-
-/// One wait or hold whose user stack was copied: the copy it uses, the aggregation key the
-/// kernel added it under and its exact share of that entry, so that user space can move the
-/// event from that entry to one keyed by the unwound stack.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct UserStackEvent {
-    /// USER_STACK_RECORD_EVENT.
-    pub record: u32,
-    /// The locking thread (with `copy_id`, names the copy).
-    pub tid: u32,
-    pub copy_id: u64,
-    pub key: AggKey,
-    pub duration_ns: u64,
-    /// The event's share of the AggValue fields, so that moving it is exact.
-    pub contended_ns: u64,
-    pub runnable_ns: u64,
-    pub sleeping_ns: u64,
-    pub uninterruptible_ns: u64,
-    /// 1 when this event ends its lock operation: no later event uses the copy.
-    pub last_use: u8,
-    /// 1 when the copy was made at the end of the event, inside the critical section (the
-    /// event was long without having been expected to be).
-    pub late_copy: u8,
-    pub _pad: [u8; 6],
-}
-
-/// Key of the per-(thread, mm) lock state map.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct StateKey {
-    pub tid: u32,
-    pub _pad: u32,
-    pub mm: u64,
-}
-
 #[cfg(feature = "user")]
 mod pod {
     // SAFETY: all these types are #[repr(C)], Copy, made of integers only, with explicit padding.
+    // (Each family's own types are Pod beside their definitions.)
     unsafe impl aya::Pod for super::AggKey {}
     unsafe impl aya::Pod for super::AggValue {}
     unsafe impl aya::Pod for super::ModeTotals {}
-    unsafe impl aya::Pod for super::Config {}
-    unsafe impl aya::Pod for super::StateKey {}
     unsafe impl aya::Pod for super::LockState {}
-    unsafe impl aya::Pod for super::SyscallState {}
-    unsafe impl aya::Pod for super::SyscallTotals {}
-    unsafe impl aya::Pod for super::HoldId {}
-    unsafe impl aya::Pod for super::HolderKey {}
-    unsafe impl aya::Pod for super::HolderRecord {}
-    unsafe impl aya::Pod for super::BlockKey {}
-    unsafe impl aya::Pod for super::BlockValue {}
-    unsafe impl aya::Pod for super::SleepKey {}
     unsafe impl aya::Pod for super::Holders {}
     unsafe impl aya::Pod for super::Blockers {}
-    unsafe impl aya::Pod for super::TimelineEvent {}
-    unsafe impl aya::Pod for super::UserStackEvent {}
-    unsafe impl aya::Pod for super::UserStackCopyHeader {}
-    unsafe impl aya::Pod for super::FastTargets {}
 }
 
 #[cfg(test)]
@@ -903,57 +444,6 @@ mod tests {
         ];
         assert_eq!(all, [0, 1, 2, 3]);
         assert!(all.iter().all(|&i| i < TOTALS_SLOTS));
-    }
-
-    #[test]
-    fn timeline_event_has_no_implicit_padding() {
-        // 2 x u64 + 5 x 32-bit + 2 x u8 + 2 pad bytes: the kernel and user space agree on it.
-        assert_eq!(core::mem::size_of::<TimelineEvent>(), 48);
-        assert_eq!(core::mem::align_of::<TimelineEvent>(), 8);
-    }
-
-    #[test]
-    fn config_has_no_implicit_padding() {
-        // 3 x TracepointFields (16) + 8 x u32 + 6 x i32 + u64 + 4 x u32 + 2 x u64 + 14 x u32
-        // + u64 + 8 x u32: every field is explicit, so the kernel and user space read the same
-        // bytes.
-        assert_eq!(
-            core::mem::size_of::<Config>(),
-            48 + 32 + 24 + 8 + 16 + 16 + 56 + 8 + 32
-        );
-        assert_eq!(core::mem::align_of::<Config>(), 8);
-        assert_eq!(core::mem::offset_of!(Config, stack_threshold_ns), 104);
-        assert_eq!(core::mem::offset_of!(Config, system_wide), 124);
-        assert_eq!(core::mem::offset_of!(Config, timeline_threshold_ns), 128);
-    }
-
-    #[test]
-    fn user_stack_records_have_no_implicit_padding() {
-        // 2 x u32 + u64 + 2 x u32 + 4 x u64.
-        assert_eq!(core::mem::size_of::<UserStackCopyHeader>(), 56);
-        // 2 x u32 + u64 + AggKey (24) + 5 x u64 + 8 flag and pad bytes.
-        assert_eq!(core::mem::size_of::<UserStackEvent>(), 88);
-        assert_eq!(core::mem::align_of::<UserStackEvent>(), 8);
-        assert_eq!(
-            core::mem::size_of::<UserStackCopy<USER_STACK_SMALL_PAGES>>(),
-            56 + USER_STACK_SMALL_PAGES * USER_STACK_PAGE
-        );
-        assert_eq!(USER_STACK_MAX_PAGES * USER_STACK_PAGE, USER_STACK_MAX);
-    }
-
-    #[test]
-    fn lean_agg_indices_are_dense_and_distinct() {
-        let mut seen = [false; LEAN_AGG_SLOTS as usize];
-        for slot in 0..FAST_TARGETS {
-            for kind in [KIND_WAIT, KIND_HOLD] {
-                for mode in [MODE_READ, MODE_WRITE] {
-                    let i = lean_agg_index(slot, kind, mode) as usize;
-                    assert!(!seen[i], "{slot} {kind} {mode}");
-                    seen[i] = true;
-                }
-            }
-        }
-        assert!(seen.iter().all(|&s| s));
     }
 
     #[test]

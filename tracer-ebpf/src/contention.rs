@@ -17,7 +17,7 @@ use crate::{
 
 classic_tracepoint! {
     fn contention_begin(ctx) {
-        if let Ok(lock) = unsafe { ctx.read_at(config().contention_begin_lock as usize) } {
+        if let Ok(lock) = unsafe { ctx.read_at(config().contention.begin_lock as usize) } {
             begin(lock);
         }
     }
@@ -25,7 +25,7 @@ classic_tracepoint! {
 
 classic_tracepoint! {
     fn contention_end(ctx) {
-        if let Ok(lock) = unsafe { ctx.read_at(config().contention_end_lock as usize) } {
+        if let Ok(lock) = unsafe { ctx.read_at(config().contention.end_lock as usize) } {
             end(lock);
         }
     }

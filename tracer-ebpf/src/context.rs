@@ -34,8 +34,8 @@ impl LockContext for TracePointContext {
     fn user_regs(&self) -> Option<u64> {
         let cfg = config();
         let task = unsafe { bpf_get_current_task() } as *const u8;
-        let stack_field = task.wrapping_add(cfg.task_stack_offset as usize) as *const u64;
+        let stack_field = task.wrapping_add(cfg.user_regs.task_stack_offset as usize) as *const u64;
         let stack = unsafe { bpf_probe_read_kernel(stack_field) }.ok()?;
-        Some(stack + cfg.thread_size as u64 - cfg.pt_regs_size as u64)
+        Some(stack + cfg.user_regs.thread_size as u64 - cfg.user_regs.pt_regs_size as u64)
     }
 }

@@ -49,13 +49,13 @@ fn holding_now(tid: u32) -> bool {
 #[inline(always)]
 pub fn explains_lock<C: LockContext>(ctx: &C, locker: &Locker) -> bool {
     let cfg = config();
-    if locker.outside_pid != 0 || cfg.user_regs_known == 0 {
+    if locker.outside_pid != 0 || cfg.user_regs.known == 0 {
         return false;
     }
     let Some(regs) = ctx.user_regs() else {
         return false;
     };
-    let orig_ax = (regs + cfg.pt_regs_orig_ax as u64) as *const i64;
+    let orig_ax = (regs + cfg.user_regs.pt_regs_orig_ax as u64) as *const i64;
     unsafe { bpf_probe_read_kernel(orig_ax) }.is_ok_and(|nr| nr == -1)
 }
 

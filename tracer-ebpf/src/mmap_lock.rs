@@ -150,9 +150,9 @@ fn flush_before_start(args: &LockArgs) {
 fn classic_args(ctx: &TracePointContext, hook: Hook) -> Result<LockArgs, i64> {
     let cfg = config();
     let f = match hook {
-        Hook::StartLocking => &cfg.start_locking,
-        Hook::AcquireReturned => &cfg.acquire_returned,
-        Hook::Released => &cfg.released,
+        Hook::StartLocking => &cfg.mmap_lock.start_locking,
+        Hook::AcquireReturned => &cfg.mmap_lock.acquire_returned,
+        Hook::Released => &cfg.mmap_lock.released,
     };
     let mm: u64 = unsafe { ctx.read_at(f.mm as usize) }?;
     let write: u8 = unsafe { ctx.read_at(f.write as usize) }?;

@@ -16,7 +16,7 @@ use crate::{
 classic_tracepoint! {
     /// Attached to every sys_enter_* of MM_SYSCALLS.
     fn mm_syscall_enter(ctx) {
-        if let Ok(nr) = unsafe { ctx.read_at::<i32>(config().syscall_nr_offset as usize) } {
+        if let Ok(nr) = unsafe { ctx.read_at::<i32>(config().syscalls.nr_offset as usize) } {
             enter(nr);
         }
     }
@@ -31,7 +31,7 @@ classic_tracepoint! {
 
 #[inline(always)]
 fn enter(nr: i32) {
-    let Some(index) = config().syscall_nrs.iter().position(|&n| n == nr) else {
+    let Some(index) = config().syscalls.nrs.iter().position(|&n| n == nr) else {
         return;
     };
     let pid_tgid = bpf_get_current_pid_tgid();

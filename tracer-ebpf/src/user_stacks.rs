@@ -77,7 +77,7 @@ impl EventShare {
 #[inline(always)]
 pub fn sample_at_start(locker: &Locker, st: &mut LockState) -> bool {
     let cfg = config();
-    if cfg.user_stack_bytes == 0 || locker.outside_pid != 0 || !sampled(cfg) {
+    if cfg.user_stack_copies.bytes == 0 || locker.outside_pid != 0 || !sampled(cfg) {
         return false;
     }
     st.user_copy_sampled = 1;
@@ -91,7 +91,7 @@ pub fn sample_at_start(locker: &Locker, st: &mut LockState) -> bool {
 #[inline(always)]
 pub fn copy_at_start<C: LockContext>(ctx: &C, locker: &Locker, st: &mut LockState, now: u64) {
     let cfg = config();
-    if cfg.user_stack_bytes == 0 || locker.outside_pid != 0 || !within_budget(cfg, now) {
+    if cfg.user_stack_copies.bytes == 0 || locker.outside_pid != 0 || !within_budget(cfg, now) {
         return;
     }
     if send_copy(ctx, cfg, locker, now).is_some() {
@@ -136,10 +136,10 @@ pub fn send_event<C: LockContext>(
     last_use: bool,
 ) {
     let cfg = config();
-    if cfg.user_stack_bytes == 0 || locker.outside_pid != 0 || key.kernel_stack == NO_STACK {
+    if cfg.user_stack_copies.bytes == 0 || locker.outside_pid != 0 || key.kernel_stack == NO_STACK {
         return;
     }
-    let long = ns >= cfg.user_stack_threshold_ns;
+    let long = ns >= cfg.user_stack_copies.threshold_ns;
     let mut late_copy = false;
     if st.user_copy_id == 0 {
         if !long {
@@ -186,7 +186,7 @@ fn sampled(cfg: &Config) -> bool {
     };
     let tick = unsafe { &mut *tick };
     *tick += 1;
-    if cfg.user_stack_sample == 0 || *tick < cfg.user_stack_sample {
+    if cfg.user_stack_copies.sample == 0 || *tick < cfg.user_stack_copies.sample {
         return false;
     }
     *tick = 0;
@@ -210,7 +210,7 @@ fn send_copy<C: LockContext>(ctx: &C, cfg: &Config, locker: &Locker, now: u64) -
         bp,
         stack_start,
     };
-    let wanted = sp - stack_start + cfg.user_stack_bytes as u64;
+    let wanted = sp - stack_start + cfg.user_stack_copies.bytes as u64;
     if wanted <= (USER_STACK_SMALL_PAGES * USER_STACK_PAGE) as u64 {
         send_pages::<USER_STACK_SMALL_PAGES>(header, wanted)
     } else {
@@ -236,9 +236,9 @@ fn user_registers<C: LockContext>(ctx: &C, cfg: &Config) -> Option<(u64, u64, u6
         bpf_probe_read_kernel(regs.wrapping_add(offset as usize) as *const u64)
     };
     let (ip, sp, bp) = (
-        read(cfg.pt_regs_ip).ok()?,
-        read(cfg.pt_regs_sp).ok()?,
-        read(cfg.pt_regs_bp).ok()?,
+        read(cfg.user_regs.pt_regs_ip).ok()?,
+        read(cfg.user_regs.pt_regs_sp).ok()?,
+        read(cfg.user_regs.pt_regs_bp).ok()?,
     );
     (ip != 0 && ip < USER_TOP && sp != 0 && sp < USER_TOP).then_some((ip, sp, bp))
 }

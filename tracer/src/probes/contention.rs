@@ -9,8 +9,8 @@ use crate::system::tracefs::{Tracefs, CONTENTION_BEGIN, CONTENTION_END};
 
 pub fn configure(tracefs: &Tracefs, config: &mut Config) -> Result<()> {
     if tracefs.has(&CONTENTION_BEGIN) && tracefs.has(&CONTENTION_END) {
-        config.contention_begin_lock = tracefs.field_offset(&CONTENTION_BEGIN, "lock_addr", 8)?;
-        config.contention_end_lock = tracefs.field_offset(&CONTENTION_END, "lock_addr", 8)?;
+        config.contention.begin_lock = tracefs.field_offset(&CONTENTION_BEGIN, "lock_addr", 8)?;
+        config.contention.end_lock = tracefs.field_offset(&CONTENTION_END, "lock_addr", 8)?;
     }
     Ok(())
 }

@@ -21,9 +21,9 @@ const CLASSIC: [Needed; 3] = [MMAP_LOCK_START, MMAP_LOCK_ACQUIRED, MMAP_LOCK_REL
 
 /// Fills where the classic programs find their fields.
 pub fn configure(tracefs: &Tracefs, config: &mut Config) -> Result<()> {
-    config.start_locking = tracefs.mmap_lock_fields(&MMAP_LOCK_START)?;
-    config.acquire_returned = tracefs.mmap_lock_fields(&MMAP_LOCK_ACQUIRED)?;
-    config.released = tracefs.mmap_lock_fields(&MMAP_LOCK_RELEASED)?;
+    config.mmap_lock.start_locking = tracefs.mmap_lock_fields(&MMAP_LOCK_START)?;
+    config.mmap_lock.acquire_returned = tracefs.mmap_lock_fields(&MMAP_LOCK_ACQUIRED)?;
+    config.mmap_lock.released = tracefs.mmap_lock_fields(&MMAP_LOCK_RELEASED)?;
     Ok(())
 }
 

@@ -403,7 +403,7 @@ impl Probes {
         let features = if settings.attribution {
             let contention = contention::attach(&mut ebpf, tracefs, classic, links)?;
             let (faults, filemap) =
-                faults::attach(&mut ebpf, tracefs, config.user_regs_known != 0, links)?;
+                faults::attach(&mut ebpf, tracefs, config.user_regs.known != 0, links)?;
             Features {
                 lock_tracepoints,
                 contention,
@@ -711,14 +711,14 @@ fn configure_user_regs(offsets: &KernelOffsets, config: &mut Config) {
     let Some(regs) = offsets.user_regs else {
         return;
     };
-    config.task_stack_offset = regs.task_stack;
-    config.thread_size = THREAD_SIZE;
-    config.pt_regs_size = regs.pt_regs_size;
-    config.pt_regs_ip = regs.ip;
-    config.pt_regs_sp = regs.sp;
-    config.pt_regs_bp = regs.bp;
-    config.pt_regs_orig_ax = regs.orig_ax;
-    config.user_regs_known = 1;
+    config.user_regs.task_stack_offset = regs.task_stack;
+    config.user_regs.thread_size = THREAD_SIZE;
+    config.user_regs.pt_regs_size = regs.pt_regs_size;
+    config.user_regs.pt_regs_ip = regs.ip;
+    config.user_regs.pt_regs_sp = regs.sp;
+    config.user_regs.pt_regs_bp = regs.bp;
+    config.user_regs.pt_regs_orig_ax = regs.orig_ax;
+    config.user_regs.known = 1;
 }
 
 /// Fills the stack-copy part of `config`; false when no copies are asked for. Fails when they
@@ -727,15 +727,15 @@ fn configure_stack_copies(settings: &ProbeSettings, config: &mut Config) -> Resu
     let Some(copies) = &settings.stack_copies else {
         return Ok(false);
     };
-    if config.user_regs_known == 0 {
+    if config.user_regs.known == 0 {
         bail!("kernel BTF lacks task_struct.stack or struct pt_regs");
     }
-    config.user_stack_bytes = copies.bytes.clamp(1, tracer_common::USER_STACK_MAX as u32);
-    config.user_stack_threshold_ns = copies.threshold_ns;
-    config.user_stack_sample = copies.sample;
+    config.user_stack_copies.bytes = copies.bytes.clamp(1, tracer_common::USER_STACK_MAX as u32);
+    config.user_stack_copies.threshold_ns = copies.threshold_ns;
+    config.user_stack_copies.sample = copies.sample;
     let ring = settings.ring_bytes.unwrap_or(user_stacks::RING_BYTES);
     let cpus = aya::util::nr_cpus().map_err(|(_, e)| anyhow!("counting CPUs: {e}"))?;
-    config.user_stack_budget = user_stacks::copy_budget(ring, config.user_stack_bytes, cpus);
+    config.user_stack_budget = user_stacks::copy_budget(ring, config.user_stack_copies.bytes, cpus);
     Ok(true)
 }
 

@@ -19,9 +19,9 @@ const NUMBERS: [libc::c_long; MM_SYSCALLS.len()] = [
 pub fn configure(tracefs: &Tracefs, config: &mut Config) -> Result<()> {
     let (enter, _) = &MM_SYSCALL_TRACEPOINTS[0];
     if tracefs.has(enter) {
-        config.syscall_nr_offset = tracefs.field_offset(enter, "__syscall_nr", 4)?;
+        config.syscalls.nr_offset = tracefs.field_offset(enter, "__syscall_nr", 4)?;
     }
-    for (slot, nr) in config.syscall_nrs.iter_mut().zip(NUMBERS) {
+    for (slot, nr) in config.syscalls.nrs.iter_mut().zip(NUMBERS) {
         *slot = nr as i32;
     }
     Ok(())
