@@ -4,9 +4,19 @@
 
 use anyhow::Result;
 use aya::Ebpf;
-use tracer_common::program_names::MM_FILEMAP_FAULT;
+use tracer_common::{map_names, program_names::MM_FILEMAP_FAULT};
+
+use super::Probes;
+use crate::model::Harvest;
 
 use crate::system::tracefs::{Tracefs, FILEMAP_FAULT};
+
+/// The fault counters (FAULT_COUNTS); user space adds the targets' own user faults later.
+pub(super) fn read(probes: &Probes, harvest: &mut Harvest) -> Result<()> {
+    let map = super::map_ref(&probes.ebpf, map_names::FAULT_COUNTS)?;
+    harvest.faults = super::read_array(&map, |into: &mut u64, v| *into += v)?;
+    Ok(())
+}
 
 /// Whether fault attribution is available (it needs the saved-register offsets from BTF),
 /// and whether the filemap faults are traced.

@@ -8,9 +8,15 @@ use aya::{
     programs::{BtfTracePoint, TracePoint},
     Ebpf,
 };
-use tracer_common::{program_names, Config};
+use std::collections::HashMap;
 
-use crate::model::LockTracepoints;
+use aya::maps::{HashMap as BpfHashMap, MapData};
+use tracer_common::{
+    map_names, program_names, AggKey, AggValue, Config, LockState, ModeTotals, StateKey,
+};
+
+use super::Probes;
+use crate::model::{Harvest, InFlight, LockTracepoints, RawEntry};
 use crate::system::btf::{KernelOffsets, LockArgIndices, LOCK_EVENTS};
 use crate::system::tracefs::{
     Needed, Tracefs, MMAP_LOCK_ACQUIRED, MMAP_LOCK_RELEASED, MMAP_LOCK_START,
@@ -25,6 +31,41 @@ pub fn configure(tracefs: &Tracefs, config: &mut Config) -> Result<()> {
     config.mmap_lock.acquire_returned = tracefs.mmap_lock_fields(&MMAP_LOCK_ACQUIRED)?;
     config.mmap_lock.released = tracefs.mmap_lock_fields(&MMAP_LOCK_RELEASED)?;
     Ok(())
+}
+
+/// The aggregated waits and holds (AGG), the per-mode totals, and the operations still in
+/// flight.
+pub(super) fn read(probes: &Probes, harvest: &mut Harvest) -> Result<()> {
+    let ebpf = &probes.ebpf;
+    harvest.entries = super::read_shared(ebpf, map_names::AGG)?
+        .into_iter()
+        .map(|(key, mut value): (AggKey, AggValue)| {
+            // The programs count into the histogram only (tracer-ebpf's add_duration).
+            value.count = value.hist.iter().sum();
+            RawEntry::exact(key, value)
+        })
+        .collect();
+    harvest.totals =
+        super::read_array(&super::map_ref(ebpf, map_names::TOTALS)?, ModeTotals::merge)?;
+    let target_mms = super::read_target_mms(ebpf)?;
+    harvest.in_flight = read_in_flight(&super::map_ref(ebpf, map_names::LOCK_STATE)?, &target_mms);
+    Ok(())
+}
+
+/// Waits and holds still open when tracing stopped: neither timed nor lost.
+fn read_in_flight(
+    map: &BpfHashMap<&MapData, StateKey, LockState>,
+    mms: &HashMap<u64, u32>,
+) -> InFlight {
+    let mut in_flight = InFlight::default();
+    for (key, state) in map.iter().filter_map(|r| r.ok()) {
+        if !mms.contains_key(&key.mm) {
+            continue;
+        }
+        in_flight.waits += (state.wait_start_ns != 0) as u64;
+        in_flight.holds += (state.hold_start_ns != 0) as u64;
+    }
+    in_flight
 }
 
 /// The BTF programs written for the kernel's prototypes of the three trace calls, if any.

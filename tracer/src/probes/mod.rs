@@ -2,9 +2,11 @@
 //! touches aya; it hands plain data (`model::Harvest`) to the rest.
 
 mod batch;
+mod blockers;
 mod contention;
 mod faults;
 pub mod floor;
+mod lean;
 mod mmap_lock;
 #[cfg(test)]
 mod object_names;
@@ -27,20 +29,16 @@ use aya::{
     Ebpf, EbpfLoader, Pod,
 };
 use tracer_common::{
-    holder_slot, lean_agg_index, map_names, totals_index, AggKey, AggValue, BlockKey, BlockValue,
-    Config, Counter, FastTargets, HolderRecord, LockState, ModeTotals, SleepKey, StateKey,
-    SyscallTotals, COUNTER_SLOTS, EXITED_LIFETIME_NS, EXITED_THREADS, FAST_TARGETS, KIND_HOLD,
-    KIND_WAIT, MODE_READ, MODE_WRITE, NO_STACK, PER_THREAD_ALWAYS, PER_THREAD_WHILE_ROOM,
-    TOTALS_SLOTS,
+    holder_slot, map_names, AggKey, AggValue, BlockKey, BlockValue, Config, Counter, FastTargets,
+    HolderRecord, LockState, SleepKey, StateKey, COUNTER_SLOTS, EXITED_LIFETIME_NS, EXITED_THREADS,
+    FAST_TARGETS, PER_THREAD_ALWAYS, PER_THREAD_WHILE_ROOM,
 };
 
 use self::timeline::TimelineReader;
 use self::user_stacks::UserStackReader;
 use crate::collect::{Forget, Source};
 use crate::model::unwound::StackRecord;
-use crate::model::{
-    holder_stack_owner, user_stack_owner, Features, Harvest, InFlight, RawEntry, StackRef,
-};
+use crate::model::{holder_stack_owner, user_stack_owner, Features, Harvest, StackRef};
 use crate::system::{
     btf::KernelOffsets,
     tracefs::{Needed, Tracefs},
@@ -342,8 +340,8 @@ impl Probes {
             ..Config::ZERO
         };
         mmap_lock::configure(tracefs, &mut config)?;
-        configure_user_regs(offsets, &mut config);
-        let copies_on = configure_stack_copies(settings, &mut config)?;
+        user_stacks::configure_user_regs(offsets, &mut config);
+        let copies_on = user_stacks::configure(settings, &mut config)?;
         contention::configure(tracefs, &mut config)?;
         syscalls::configure(tracefs, &mut config)?;
         let timeline_on = settings.timeline_threshold_ns > 0;
@@ -705,81 +703,33 @@ fn late_stack_threshold(stack_threshold_ns: u64) -> u64 {
     }
 }
 
-/// Fills where the saved user registers are (fault attribution and stack copies read them),
-/// when the kernel's BTF has them.
-fn configure_user_regs(offsets: &KernelOffsets, config: &mut Config) {
-    let Some(regs) = offsets.user_regs else {
-        return;
-    };
-    config.user_regs.task_stack_offset = regs.task_stack;
-    config.user_regs.thread_size = THREAD_SIZE;
-    config.user_regs.pt_regs_size = regs.pt_regs_size;
-    config.user_regs.pt_regs_ip = regs.ip;
-    config.user_regs.pt_regs_sp = regs.sp;
-    config.user_regs.pt_regs_bp = regs.bp;
-    config.user_regs.pt_regs_orig_ax = regs.orig_ax;
-    config.user_regs.known = 1;
-}
-
-/// Fills the stack-copy part of `config`; false when no copies are asked for. Fails when they
-/// are asked for and the kernel's BTF lacks the saved-register offsets.
-fn configure_stack_copies(settings: &ProbeSettings, config: &mut Config) -> Result<bool> {
-    let Some(copies) = &settings.stack_copies else {
-        return Ok(false);
-    };
-    if config.user_regs.known == 0 {
-        bail!("kernel BTF lacks task_struct.stack or struct pt_regs");
-    }
-    config.user_stack_copies.bytes = copies.bytes.clamp(1, tracer_common::USER_STACK_MAX as u32);
-    config.user_stack_copies.threshold_ns = copies.threshold_ns;
-    config.user_stack_copies.sample = copies.sample;
-    let ring = settings.ring_bytes.unwrap_or(user_stacks::RING_BYTES);
-    let cpus = aya::util::nr_cpus().map_err(|(_, e)| anyhow!("counting CPUs: {e}"))?;
-    config.user_stack_budget = user_stacks::copy_budget(ring, config.user_stack_copies.bytes, cpus);
-    Ok(true)
-}
+/// What each family reads of its own maps into a harvest; the mmap_lock family's entries and
+/// totals come first (the lean path adds to both).
+const FAMILY_READS: [fn(&Probes, &mut Harvest) -> Result<()>; 6] = [
+    mmap_lock::read,
+    lean::read,
+    blockers::read,
+    sched::read,
+    syscalls::read,
+    faults::read,
+];
 
 /// Everything the programs collected, read without disturbing them, with `timeline` (drained
-/// separately) added: then the stacks that any of it references.
+/// separately) added: what every family reads, the loss counters and names all share, then
+/// the stacks that any of it references.
 fn read_maps(probes: &Probes, timeline: Vec<tracer_common::TimelineEvent>) -> Result<Harvest> {
     let ebpf = &probes.ebpf;
-    let target_mms = read_target_mms(ebpf)?;
-    let mut entries: Vec<RawEntry> = read_shared(ebpf, map_names::AGG)?
-        .into_iter()
-        .map(|(key, mut value): (AggKey, AggValue)| {
-            // The programs count into the histogram only (tracer-ebpf's add_duration).
-            value.count = value.hist.iter().sum();
-            RawEntry::exact(key, value)
-        })
-        .collect();
-    let mut totals = read_array(&map_ref(ebpf, map_names::TOTALS)?, ModeTotals::merge)?;
-    if let (true, Some(slots)) = (probes.lean_array, &probes.slots) {
-        let lean = read_lean_entries(&map_ref(ebpf, map_names::LEAN_AGG)?, slots)?;
-        add_lean_totals(&mut totals, &lean);
-        entries.extend(lean);
-    }
     let mut harvest = Harvest {
-        entries,
-        stacks: HashMap::new(),
-        totals,
         counters: read_counters(&map_ref(ebpf, map_names::COUNTERS)?)?,
         locker_comms: read_comms(&map_ref(ebpf, map_names::LOCKER_COMMS)?),
-        in_flight: read_in_flight(&map_ref(ebpf, map_names::LOCK_STATE)?, &target_mms),
-        blocked: read_shared(ebpf, map_names::BLOCKED)?,
-        sleeps: read_shared(ebpf, map_names::SLEEPS)?,
-        syscalls: read_array(
-            &map_ref(ebpf, map_names::SYSCALL_TOTALS)?,
-            SyscallTotals::merge,
-        )?,
-        faults: read_array(
-            &map_ref(ebpf, map_names::FAULT_COUNTS)?,
-            |into: &mut u64, v| *into += v,
-        )?,
         features: probes.features,
         timeline,
-        estimated_user_stacks: HashSet::new(),
         run_stats: self_cost::read_runs(ebpf, &probes.run_stats),
+        ..Harvest::default()
     };
+    for read in FAMILY_READS {
+        read(probes, &mut harvest)?;
+    }
     let ids: HashSet<u32> = harvest
         .stack_refs()
         .into_iter()
@@ -873,67 +823,6 @@ fn read_shared<K: Pod, V: Pod>(ebpf: &Ebpf, name: &str) -> Result<Vec<(K, V)>> {
         .collect()
 }
 
-/// The targets' own acquisitions, waits and holds, which the lean path counts in its entries
-/// only (each acquisition ends a wait).
-fn add_lean_totals(totals: &mut [ModeTotals; TOTALS_SLOTS as usize], lean: &[RawEntry]) {
-    for entry in lean {
-        let totals = &mut totals[totals_index(false, entry.key.mode) as usize];
-        let v = &entry.value;
-        let (count, ns, max) = if entry.key.kind == KIND_WAIT {
-            totals.acquisitions += v.count;
-            (
-                &mut totals.waits,
-                &mut totals.wait_ns,
-                &mut totals.max_wait_ns,
-            )
-        } else {
-            (
-                &mut totals.holds,
-                &mut totals.hold_ns,
-                &mut totals.max_hold_ns,
-            )
-        };
-        *count += v.count;
-        *ns += v.total_ns;
-        *max = (*max).max(v.max_ns);
-    }
-}
-
-/// The lean path's per-CPU array as entries without stacks, one per target, kind and mode.
-fn read_lean_entries(
-    map: &PerCpuArray<&MapData, AggValue>,
-    slots: &[u32],
-) -> Result<Vec<RawEntry>> {
-    let mut out = Vec::new();
-    for (slot, &pid) in slots.iter().enumerate() {
-        for kind in [KIND_WAIT, KIND_HOLD] {
-            for mode in [MODE_READ, MODE_WRITE] {
-                let mut value = AggValue::ZERO;
-                for v in map.get(&lean_agg_index(slot, kind, mode), 0)?.iter() {
-                    value.merge(v);
-                }
-                if value.count == 0 {
-                    continue;
-                }
-                let key = AggKey {
-                    pid,
-                    kind,
-                    mode,
-                    kernel_stack: NO_STACK,
-                    user_stack: NO_STACK,
-                    ..AggKey::default()
-                };
-                out.push(RawEntry {
-                    key,
-                    value,
-                    max_is_upper_bound: false,
-                });
-            }
-        }
-    }
-    Ok(out)
-}
-
 /// Every slot of a per-CPU array with its per-CPU values summed by `add`.
 fn read_array<V: Pod + Default + Copy, const N: usize>(
     map: &PerCpuArray<&MapData, V>,
@@ -974,22 +863,6 @@ fn read_comms(map: &BpfHashMap<&MapData, u32, [u8; 16]>) -> HashMap<u32, String>
             (pid, String::from_utf8_lossy(&comm[..len]).into_owned())
         })
         .collect()
-}
-
-/// Waits and holds still open when tracing stopped: neither timed nor lost.
-fn read_in_flight(
-    map: &BpfHashMap<&MapData, StateKey, LockState>,
-    mms: &HashMap<u64, u32>,
-) -> InFlight {
-    let mut in_flight = InFlight::default();
-    for (key, state) in map.iter().filter_map(|r| r.ok()) {
-        if !mms.contains_key(&key.mm) {
-            continue;
-        }
-        in_flight.waits += (state.wait_start_ns != 0) as u64;
-        in_flight.holds += (state.hold_start_ns != 0) as u64;
-    }
-    in_flight
 }
 
 /// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK; newer ones use memcg, and raising
@@ -1080,22 +953,6 @@ fn explain_permission(err: anyhow::Error, doing: &str) -> anyhow::Error {
 mod tests {
     use super::*;
 
-    fn lean_entry(kind: u8, mode: u8, durations: &[u64]) -> RawEntry {
-        let mut value = AggValue::ZERO;
-        for &ns in durations {
-            value.add(ns);
-        }
-        RawEntry {
-            key: AggKey {
-                kind,
-                mode,
-                ..AggKey::default()
-            },
-            value,
-            max_is_upper_bound: false,
-        }
-    }
-
     #[test]
     fn a_verifier_log_is_cut_to_its_verdict_and_count() {
         let log = "0: R1=ctx() R10=fp0\n; let x = 1;\n\
@@ -1111,38 +968,6 @@ mod tests {
         );
         assert!(!summary.contains('\n'));
         assert_eq!(verifier_summary(""), "no log");
-    }
-
-    #[test]
-    fn lean_entries_stand_for_the_targets_own_totals() {
-        let mut totals = [ModeTotals::default(); TOTALS_SLOTS as usize];
-        totals[totals_index(false, MODE_WRITE) as usize].failed_trylocks = 2;
-        totals[totals_index(true, MODE_WRITE) as usize].waits = 7;
-        let lean = [
-            lean_entry(KIND_WAIT, MODE_WRITE, &[10, 30]),
-            lean_entry(KIND_WAIT, MODE_WRITE, &[5]),
-            lean_entry(KIND_HOLD, MODE_READ, &[100]),
-        ];
-        add_lean_totals(&mut totals, &lean);
-        let write = totals[totals_index(false, MODE_WRITE) as usize];
-        assert_eq!(
-            (
-                write.acquisitions,
-                write.waits,
-                write.wait_ns,
-                write.max_wait_ns
-            ),
-            (3, 3, 45, 30)
-        );
-        assert_eq!(write.failed_trylocks, 2, "kept from the kernel's totals");
-        let read = totals[totals_index(false, MODE_READ) as usize];
-        assert_eq!((read.holds, read.hold_ns, read.max_hold_ns), (1, 100, 100));
-        assert_eq!(read.acquisitions, 0);
-        assert_eq!(
-            totals[totals_index(true, MODE_WRITE) as usize].waits,
-            7,
-            "outside lockers are not lean entries"
-        );
     }
 
     #[test]

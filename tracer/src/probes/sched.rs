@@ -2,7 +2,16 @@
 
 use anyhow::{anyhow, Result};
 use aya::{programs::BtfTracePoint, Ebpf};
-use tracer_common::program_names::SCHED_SWITCH;
+use tracer_common::{map_names, program_names::SCHED_SWITCH};
+
+use super::Probes;
+use crate::model::Harvest;
+
+/// Holds' sleeping time by the kernel stack they slept in (SLEEPS).
+pub(super) fn read(probes: &Probes, harvest: &mut Harvest) -> Result<()> {
+    harvest.sleeps = super::read_shared(&probes.ebpf, map_names::SLEEPS)?;
+    Ok(())
+}
 
 pub fn attach(ebpf: &mut Ebpf) -> Result<bool> {
     let btf = match super::kernel_btf() {

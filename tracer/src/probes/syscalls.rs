@@ -2,7 +2,10 @@
 
 use anyhow::Result;
 use aya::Ebpf;
-use tracer_common::{program_names, Config, MM_SYSCALLS};
+use tracer_common::{map_names, program_names, Config, SyscallTotals, MM_SYSCALLS};
+
+use super::Probes;
+use crate::model::Harvest;
 
 use crate::system::tracefs::{Tracefs, MM_SYSCALL_TRACEPOINTS};
 
@@ -15,6 +18,13 @@ const NUMBERS: [libc::c_long; MM_SYSCALLS.len()] = [
     libc::SYS_madvise,
     libc::SYS_brk,
 ];
+
+/// The per-syscall totals (SYSCALL_TOTALS).
+pub(super) fn read(probes: &Probes, harvest: &mut Harvest) -> Result<()> {
+    let map = super::map_ref(&probes.ebpf, map_names::SYSCALL_TOTALS)?;
+    harvest.syscalls = super::read_array(&map, SyscallTotals::merge)?;
+    Ok(())
+}
 
 pub fn configure(tracefs: &Tracefs, config: &mut Config) -> Result<()> {
     let (enter, _) = &MM_SYSCALL_TRACEPOINTS[0];

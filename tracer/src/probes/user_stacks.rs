@@ -1,17 +1,19 @@
 //! Draining the user stack ring buffer: copies of user registers and stack windows, and the
 //! waits and holds that use them, for unwinding in user space (`--user-stack dwarf`).
 
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, bail, Result};
 use aya::{
     maps::{MapData, RingBuf},
     Ebpf,
 };
 use tracer_common::{
-    map_names, UserStackCopyHeader, UserStackEvent, USER_STACK_MAX, USER_STACK_MAX_PAGES,
+    map_names, Config, UserStackCopyHeader, UserStackEvent, USER_STACK_MAX, USER_STACK_MAX_PAGES,
     USER_STACK_PAGE, USER_STACK_RECORD_COPY, USER_STACK_RECORD_EVENT, USER_STACK_SMALL_PAGES,
 };
 
+use super::{ProbeSettings, THREAD_SIZE};
 use crate::model::unwound::{StackCopy, StackRecord};
+use crate::system::btf::KernelOffsets;
 
 /// Ring buffer size when copies are asked for: about 400 copies of the default window (120 of
 /// the largest), more than a drain interval (100 ms) of long waits and holds; what does not fit
@@ -85,6 +87,40 @@ fn read_struct<T: aya::Pod>(bytes: &[u8]) -> Option<T> {
     // SAFETY: the length was checked; T is Pod (plain integers, any bit pattern is valid); the
     // ring gives no alignment promise, hence the unaligned read.
     Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
+}
+
+/// Fills where the saved user registers are (fault attribution and stack copies read them),
+/// when the kernel's BTF has them.
+pub(super) fn configure_user_regs(offsets: &KernelOffsets, config: &mut Config) {
+    let Some(regs) = offsets.user_regs else {
+        return;
+    };
+    config.user_regs.task_stack_offset = regs.task_stack;
+    config.user_regs.thread_size = THREAD_SIZE;
+    config.user_regs.pt_regs_size = regs.pt_regs_size;
+    config.user_regs.pt_regs_ip = regs.ip;
+    config.user_regs.pt_regs_sp = regs.sp;
+    config.user_regs.pt_regs_bp = regs.bp;
+    config.user_regs.pt_regs_orig_ax = regs.orig_ax;
+    config.user_regs.known = 1;
+}
+
+/// Fills the stack-copy part of `config`; false when no copies are asked for. Fails when they
+/// are asked for and the kernel's BTF lacks the saved-register offsets.
+pub(super) fn configure(settings: &ProbeSettings, config: &mut Config) -> Result<bool> {
+    let Some(copies) = &settings.stack_copies else {
+        return Ok(false);
+    };
+    if config.user_regs.known == 0 {
+        bail!("kernel BTF lacks task_struct.stack or struct pt_regs");
+    }
+    config.user_stack_copies.bytes = copies.bytes.clamp(1, tracer_common::USER_STACK_MAX as u32);
+    config.user_stack_copies.threshold_ns = copies.threshold_ns;
+    config.user_stack_copies.sample = copies.sample;
+    let ring = settings.ring_bytes.unwrap_or(RING_BYTES);
+    let cpus = aya::util::nr_cpus().map_err(|(_, e)| anyhow!("counting CPUs: {e}"))?;
+    config.user_stack_budget = copy_budget(ring, config.user_stack_copies.bytes, cpus);
+    Ok(true)
 }
 
 #[cfg(test)]

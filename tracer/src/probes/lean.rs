@@ -1,0 +1,137 @@
+//! Reading the lean path's maps (`--lean` on listed targets): the per-CPU LEAN_AGG array, by
+//! target, kind and mode, which stands for the targets' own totals too.
+
+use anyhow::Result;
+use aya::maps::{MapData, PerCpuArray};
+use tracer_common::{
+    lean_agg_index, map_names, totals_index, AggKey, AggValue, ModeTotals, KIND_HOLD, KIND_WAIT,
+    MODE_READ, MODE_WRITE, NO_STACK, TOTALS_SLOTS,
+};
+
+use super::Probes;
+use crate::model::{Harvest, RawEntry};
+
+/// Adds the lean path's entries and totals, when it ran.
+pub(super) fn read(probes: &Probes, harvest: &mut Harvest) -> Result<()> {
+    let (true, Some(slots)) = (probes.lean_array, &probes.slots) else {
+        return Ok(());
+    };
+    let lean = read_lean_entries(&super::map_ref(&probes.ebpf, map_names::LEAN_AGG)?, slots)?;
+    add_lean_totals(&mut harvest.totals, &lean);
+    harvest.entries.extend(lean);
+    Ok(())
+}
+
+/// The targets' own acquisitions, waits and holds, which the lean path counts in its entries
+/// only (each acquisition ends a wait).
+fn add_lean_totals(totals: &mut [ModeTotals; TOTALS_SLOTS as usize], lean: &[RawEntry]) {
+    for entry in lean {
+        let totals = &mut totals[totals_index(false, entry.key.mode) as usize];
+        let v = &entry.value;
+        let (count, ns, max) = if entry.key.kind == KIND_WAIT {
+            totals.acquisitions += v.count;
+            (
+                &mut totals.waits,
+                &mut totals.wait_ns,
+                &mut totals.max_wait_ns,
+            )
+        } else {
+            (
+                &mut totals.holds,
+                &mut totals.hold_ns,
+                &mut totals.max_hold_ns,
+            )
+        };
+        *count += v.count;
+        *ns += v.total_ns;
+        *max = (*max).max(v.max_ns);
+    }
+}
+
+/// The lean path's per-CPU array as entries without stacks, one per target, kind and mode.
+fn read_lean_entries(
+    map: &PerCpuArray<&MapData, AggValue>,
+    slots: &[u32],
+) -> Result<Vec<RawEntry>> {
+    let mut out = Vec::new();
+    for (slot, &pid) in slots.iter().enumerate() {
+        for kind in [KIND_WAIT, KIND_HOLD] {
+            for mode in [MODE_READ, MODE_WRITE] {
+                let mut value = AggValue::ZERO;
+                for v in map.get(&lean_agg_index(slot, kind, mode), 0)?.iter() {
+                    value.merge(v);
+                }
+                if value.count == 0 {
+                    continue;
+                }
+                let key = AggKey {
+                    pid,
+                    kind,
+                    mode,
+                    kernel_stack: NO_STACK,
+                    user_stack: NO_STACK,
+                    ..AggKey::default()
+                };
+                out.push(RawEntry {
+                    key,
+                    value,
+                    max_is_upper_bound: false,
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lean_entry(kind: u8, mode: u8, durations: &[u64]) -> RawEntry {
+        let mut value = AggValue::ZERO;
+        for &ns in durations {
+            value.add(ns);
+        }
+        RawEntry {
+            key: AggKey {
+                kind,
+                mode,
+                ..AggKey::default()
+            },
+            value,
+            max_is_upper_bound: false,
+        }
+    }
+
+    #[test]
+    fn lean_entries_stand_for_the_targets_own_totals() {
+        let mut totals = [ModeTotals::default(); TOTALS_SLOTS as usize];
+        totals[totals_index(false, MODE_WRITE) as usize].failed_trylocks = 2;
+        totals[totals_index(true, MODE_WRITE) as usize].waits = 7;
+        let lean = [
+            lean_entry(KIND_WAIT, MODE_WRITE, &[10, 30]),
+            lean_entry(KIND_WAIT, MODE_WRITE, &[5]),
+            lean_entry(KIND_HOLD, MODE_READ, &[100]),
+        ];
+        add_lean_totals(&mut totals, &lean);
+        let write = totals[totals_index(false, MODE_WRITE) as usize];
+        assert_eq!(
+            (
+                write.acquisitions,
+                write.waits,
+                write.wait_ns,
+                write.max_wait_ns
+            ),
+            (3, 3, 45, 30)
+        );
+        assert_eq!(write.failed_trylocks, 2, "kept from the kernel's totals");
+        let read = totals[totals_index(false, MODE_READ) as usize];
+        assert_eq!((read.holds, read.hold_ns, read.max_hold_ns), (1, 100, 100));
+        assert_eq!(read.acquisitions, 0);
+        assert_eq!(
+            totals[totals_index(true, MODE_WRITE) as usize].waits,
+            7,
+            "outside lockers are not lean entries"
+        );
+    }
+}
