@@ -3,10 +3,15 @@
 use anyhow::Result;
 use tracer_common::map_names;
 
-use super::Probes;
+use super::{Family, Probes};
 use crate::model::Harvest;
 
-pub(super) fn read(probes: &Probes, harvest: &mut Harvest) -> Result<()> {
+pub(super) const FAMILY: Family = Family {
+    read,
+    ..Family::NOTHING
+};
+
+fn read(probes: &Probes, harvest: &mut Harvest) -> Result<()> {
     harvest.blocked = super::read_shared(&probes.ebpf, map_names::BLOCKED)?;
     Ok(())
 }

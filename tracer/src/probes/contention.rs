@@ -5,9 +5,27 @@ use anyhow::{anyhow, Result};
 use aya::{programs::BtfTracePoint, Ebpf};
 use tracer_common::{program_names, Config};
 
+use super::Family;
 use crate::system::tracefs::{Tracefs, CONTENTION_BEGIN, CONTENTION_END};
 
-pub fn configure(tracefs: &Tracefs, config: &mut Config) -> Result<()> {
+pub(super) const FAMILY: Family = Family {
+    configure: |setup, config| configure(setup.tracefs, config),
+    attach: |at, features| {
+        let settings = at.setup.settings;
+        if settings.attribution {
+            features.contention = attach(
+                at.ebpf,
+                at.setup.tracefs,
+                settings.classic_tracepoints,
+                at.links,
+            )?;
+        }
+        Ok(())
+    },
+    ..Family::NOTHING
+};
+
+fn configure(tracefs: &Tracefs, config: &mut Config) -> Result<()> {
     if tracefs.has(&CONTENTION_BEGIN) && tracefs.has(&CONTENTION_END) {
         config.contention.begin_lock = tracefs.field_offset(&CONTENTION_BEGIN, "lock_addr", 8)?;
         config.contention.end_lock = tracefs.field_offset(&CONTENTION_END, "lock_addr", 8)?;
@@ -15,7 +33,7 @@ pub fn configure(tracefs: &Tracefs, config: &mut Config) -> Result<()> {
     Ok(())
 }
 
-pub fn attach(
+fn attach(
     ebpf: &mut Ebpf,
     tracefs: &Tracefs,
     force_classic: bool,

@@ -6,13 +6,26 @@ use anyhow::Result;
 use aya::Ebpf;
 use tracer_common::{map_names, program_names::MM_FILEMAP_FAULT};
 
-use super::Probes;
+use super::{Family, Probes};
 use crate::model::Harvest;
 
 use crate::system::tracefs::{Tracefs, FILEMAP_FAULT};
 
+pub(super) const FAMILY: Family = Family {
+    attach: |at, features| {
+        if at.setup.settings.attribution {
+            let user_regs_known = at.config.user_regs.known != 0;
+            (features.faults, features.filemap) =
+                attach(at.ebpf, at.setup.tracefs, user_regs_known, at.links)?;
+        }
+        Ok(())
+    },
+    read,
+    ..Family::NOTHING
+};
+
 /// The fault counters (FAULT_COUNTS); user space adds the targets' own user faults later.
-pub(super) fn read(probes: &Probes, harvest: &mut Harvest) -> Result<()> {
+fn read(probes: &Probes, harvest: &mut Harvest) -> Result<()> {
     let map = super::map_ref(&probes.ebpf, map_names::FAULT_COUNTS)?;
     harvest.faults = super::read_array(&map, |into: &mut u64, v| *into += v)?;
     Ok(())
@@ -20,7 +33,7 @@ pub(super) fn read(probes: &Probes, harvest: &mut Harvest) -> Result<()> {
 
 /// Whether fault attribution is available (it needs the saved-register offsets from BTF),
 /// and whether the filemap faults are traced.
-pub fn attach(
+fn attach(
     ebpf: &mut Ebpf,
     tracefs: &Tracefs,
     user_regs_known: bool,

@@ -8,11 +8,16 @@ use tracer_common::{
     MODE_READ, MODE_WRITE, NO_STACK, TOTALS_SLOTS,
 };
 
-use super::Probes;
+use super::{Family, Probes};
 use crate::model::{Harvest, RawEntry};
 
+pub(super) const FAMILY: Family = Family {
+    read,
+    ..Family::NOTHING
+};
+
 /// Adds the lean path's entries and totals, when it ran.
-pub(super) fn read(probes: &Probes, harvest: &mut Harvest) -> Result<()> {
+fn read(probes: &Probes, harvest: &mut Harvest) -> Result<()> {
     let (true, Some(slots)) = (probes.lean_array, &probes.slots) else {
         return Ok(());
     };

@@ -15,7 +15,7 @@ use tracer_common::{
     map_names, program_names, AggKey, AggValue, Config, LockState, ModeTotals, StateKey,
 };
 
-use super::Probes;
+use super::{Family, Probes};
 use crate::model::{Harvest, InFlight, LockTracepoints, RawEntry};
 use crate::system::btf::{KernelOffsets, LockArgIndices, LOCK_EVENTS};
 use crate::system::tracefs::{
@@ -26,16 +26,27 @@ use crate::system::tracefs::{
 const CLASSIC: [Needed; 3] = [MMAP_LOCK_START, MMAP_LOCK_ACQUIRED, MMAP_LOCK_RELEASED];
 
 /// Fills where the classic programs find their fields.
-pub fn configure(tracefs: &Tracefs, config: &mut Config) -> Result<()> {
+fn configure(tracefs: &Tracefs, config: &mut Config) -> Result<()> {
     config.mmap_lock.start_locking = tracefs.mmap_lock_fields(&MMAP_LOCK_START)?;
     config.mmap_lock.acquire_returned = tracefs.mmap_lock_fields(&MMAP_LOCK_ACQUIRED)?;
     config.mmap_lock.released = tracefs.mmap_lock_fields(&MMAP_LOCK_RELEASED)?;
     Ok(())
 }
 
+/// Always attached: the lock events themselves (BTF or classic) and the targets' lifecycle.
+pub(super) const FAMILY: Family = Family {
+    configure: |setup, config| configure(setup.tracefs, config),
+    attach: |at, features| {
+        let classic = at.setup.settings.classic_tracepoints;
+        features.lock_tracepoints = attach(at.ebpf, at.setup.offsets, classic)?;
+        Ok(())
+    },
+    read,
+};
+
 /// The aggregated waits and holds (AGG), the per-mode totals, and the operations still in
 /// flight.
-pub(super) fn read(probes: &Probes, harvest: &mut Harvest) -> Result<()> {
+fn read(probes: &Probes, harvest: &mut Harvest) -> Result<()> {
     let ebpf = &probes.ebpf;
     harvest.entries = super::read_shared(ebpf, map_names::AGG)?
         .into_iter()
@@ -88,7 +99,7 @@ fn btf_programs(args: &[LockArgIndices; 3]) -> Option<[&'static str; 3]> {
 /// Verifies the three programs before attaching any (verification takes milliseconds), then
 /// attaches them back to back; the programs ignore events until the tracer arms them. BTF
 /// tracepoints unless `force_classic` or the kernel lacks their BTF or refuses them.
-pub fn attach(
+fn attach(
     ebpf: &mut Ebpf,
     offsets: &KernelOffsets,
     force_classic: bool,

@@ -44,6 +44,54 @@ use crate::system::{
     tracefs::{Needed, Tracefs},
 };
 
+/// The probe families, one module each: what each configures, attaches and reads, in this
+/// order (the saved registers before the stack copies that need them; the mmap_lock family's
+/// entries before the lean path adds to them). A new family is a module and an entry here.
+const FAMILIES: [Family; 8] = [
+    mmap_lock::FAMILY,
+    lean::FAMILY,
+    blockers::FAMILY,
+    user_stacks::FAMILY,
+    contention::FAMILY,
+    faults::FAMILY,
+    syscalls::FAMILY,
+    sched::FAMILY,
+];
+
+/// What a family is given to set itself up: the settings and the running kernel's layouts.
+struct Setup<'a> {
+    settings: &'a ProbeSettings,
+    tracefs: &'a Tracefs,
+    offsets: &'a KernelOffsets,
+}
+
+/// What a family attaches with, once the object is loaded.
+struct Attach<'a> {
+    ebpf: &'a mut Ebpf,
+    setup: &'a Setup<'a>,
+    config: &'a Config,
+    links: &'a mut ClassicLinks,
+}
+
+/// One probe family's part in loading the programs and reading their maps.
+struct Family {
+    /// Fills the family's part of the programs' configuration, before the object loads.
+    configure: fn(&Setup, &mut Config) -> Result<()>,
+    /// Loads and attaches the family's programs, and says in `Features` what it attached.
+    attach: fn(&mut Attach, &mut Features) -> Result<()>,
+    /// Reads the family's maps into a harvest.
+    read: fn(&Probes, &mut Harvest) -> Result<()>,
+}
+
+impl Family {
+    /// A family with nothing to do at any step; each family names the steps it has.
+    const NOTHING: Family = Family {
+        configure: |_, _| Ok(()),
+        attach: |_, _| Ok(()),
+        read: |_, _| Ok(()),
+    };
+}
+
 /// The compiled programs, built by build.rs from the tracer-ebpf crate.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer"));
 
@@ -339,11 +387,15 @@ impl Probes {
             target_slots: settings.target_slots as u32,
             ..Config::ZERO
         };
-        mmap_lock::configure(tracefs, &mut config)?;
-        user_stacks::configure_user_regs(offsets, &mut config);
-        let copies_on = user_stacks::configure(settings, &mut config)?;
-        contention::configure(tracefs, &mut config)?;
-        syscalls::configure(tracefs, &mut config)?;
+        let setup = Setup {
+            settings,
+            tracefs,
+            offsets,
+        };
+        for family in &FAMILIES {
+            (family.configure)(&setup, &mut config)?;
+        }
+        let copies_on = config.user_stack_copies.bytes != 0;
         let timeline_on = settings.timeline_threshold_ns > 0;
         raise_memlock_limit();
         let mut loader = EbpfLoader::new();
@@ -394,30 +446,20 @@ impl Probes {
         } else {
             None
         };
-        let classic = settings.classic_tracepoints;
-        let lock_tracepoints = mmap_lock::attach(&mut ebpf, offsets, classic)?;
         let mut classic_links = ClassicLinks::default();
-        let links = &mut classic_links;
-        let features = if settings.attribution {
-            let contention = contention::attach(&mut ebpf, tracefs, classic, links)?;
-            let (faults, filemap) =
-                faults::attach(&mut ebpf, tracefs, config.user_regs.known != 0, links)?;
-            Features {
-                lock_tracepoints,
-                contention,
-                faults,
-                syscalls: syscalls::attach(&mut ebpf, tracefs, links)?,
-                offcpu: sched::attach(&mut ebpf)?,
-                filemap,
-                per_vma_locks: offsets.per_vma_locks,
-            }
-        } else {
-            Features {
-                lock_tracepoints,
-                per_vma_locks: offsets.per_vma_locks,
-                ..Features::default()
-            }
+        let mut features = Features {
+            per_vma_locks: offsets.per_vma_locks,
+            ..Features::default()
         };
+        let mut attach = Attach {
+            ebpf: &mut ebpf,
+            setup: &setup,
+            config: &config,
+            links: &mut classic_links,
+        };
+        for family in &FAMILIES {
+            (family.attach)(&mut attach, &mut features)?;
+        }
         forget_kernel_btf();
         Ok(Self {
             ebpf,
@@ -703,17 +745,6 @@ fn late_stack_threshold(stack_threshold_ns: u64) -> u64 {
     }
 }
 
-/// What each family reads of its own maps into a harvest; the mmap_lock family's entries and
-/// totals come first (the lean path adds to both).
-const FAMILY_READS: [fn(&Probes, &mut Harvest) -> Result<()>; 6] = [
-    mmap_lock::read,
-    lean::read,
-    blockers::read,
-    sched::read,
-    syscalls::read,
-    faults::read,
-];
-
 /// Everything the programs collected, read without disturbing them, with `timeline` (drained
 /// separately) added: what every family reads, the loss counters and names all share, then
 /// the stacks that any of it references.
@@ -727,8 +758,8 @@ fn read_maps(probes: &Probes, timeline: Vec<tracer_common::TimelineEvent>) -> Re
         run_stats: self_cost::read_runs(ebpf, &probes.run_stats),
         ..Harvest::default()
     };
-    for read in FAMILY_READS {
-        read(probes, &mut harvest)?;
+    for family in &FAMILIES {
+        (family.read)(probes, &mut harvest)?;
     }
     let ids: HashSet<u32> = harvest
         .stack_refs()

@@ -1,19 +1,31 @@
-//! Attaching the scheduler family: sched_switch as a BTF tracepoint (holders' off-CPU time).
+//! The scheduler family: sched_switch as a BTF tracepoint (holders' off-CPU time) and the sleeps
+//! it locates. (sched_process_exit and fork, the targets' lifecycle, attach with mmap_lock.)
 
 use anyhow::{anyhow, Result};
 use aya::{programs::BtfTracePoint, Ebpf};
 use tracer_common::{map_names, program_names::SCHED_SWITCH};
 
-use super::Probes;
+use super::{Family, Probes};
 use crate::model::Harvest;
 
+pub(super) const FAMILY: Family = Family {
+    attach: |at, features| {
+        if at.setup.settings.attribution {
+            features.offcpu = attach(at.ebpf)?;
+        }
+        Ok(())
+    },
+    read,
+    ..Family::NOTHING
+};
+
 /// Holds' sleeping time by the kernel stack they slept in (SLEEPS).
-pub(super) fn read(probes: &Probes, harvest: &mut Harvest) -> Result<()> {
+fn read(probes: &Probes, harvest: &mut Harvest) -> Result<()> {
     harvest.sleeps = super::read_shared(&probes.ebpf, map_names::SLEEPS)?;
     Ok(())
 }
 
-pub fn attach(ebpf: &mut Ebpf) -> Result<bool> {
+fn attach(ebpf: &mut Ebpf) -> Result<bool> {
     let btf = match super::kernel_btf() {
         Ok(btf) => btf,
         Err(err) => {

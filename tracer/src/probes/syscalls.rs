@@ -4,8 +4,8 @@ use anyhow::Result;
 use aya::Ebpf;
 use tracer_common::{map_names, program_names, Config, SyscallTotals, MM_SYSCALLS};
 
-use super::Probes;
-use crate::model::Harvest;
+use super::{Family, Probes};
+use crate::model::{Features, Harvest};
 
 use crate::system::tracefs::{Tracefs, MM_SYSCALL_TRACEPOINTS};
 
@@ -19,14 +19,25 @@ const NUMBERS: [libc::c_long; MM_SYSCALLS.len()] = [
     libc::SYS_brk,
 ];
 
+pub(super) const FAMILY: Family = Family {
+    configure: |setup, config| configure(setup.tracefs, config),
+    attach: |at, features: &mut Features| {
+        if at.setup.settings.attribution {
+            features.syscalls = attach(at.ebpf, at.setup.tracefs, at.links)?;
+        }
+        Ok(())
+    },
+    read,
+};
+
 /// The per-syscall totals (SYSCALL_TOTALS).
-pub(super) fn read(probes: &Probes, harvest: &mut Harvest) -> Result<()> {
+fn read(probes: &Probes, harvest: &mut Harvest) -> Result<()> {
     let map = super::map_ref(&probes.ebpf, map_names::SYSCALL_TOTALS)?;
     harvest.syscalls = super::read_array(&map, SyscallTotals::merge)?;
     Ok(())
 }
 
-pub fn configure(tracefs: &Tracefs, config: &mut Config) -> Result<()> {
+fn configure(tracefs: &Tracefs, config: &mut Config) -> Result<()> {
     let (enter, _) = &MM_SYSCALL_TRACEPOINTS[0];
     if tracefs.has(enter) {
         config.syscalls.nr_offset = tracefs.field_offset(enter, "__syscall_nr", 4)?;
@@ -37,7 +48,7 @@ pub fn configure(tracefs: &Tracefs, config: &mut Config) -> Result<()> {
     Ok(())
 }
 
-pub fn attach(ebpf: &mut Ebpf, tracefs: &Tracefs, links: &mut super::ClassicLinks) -> Result<bool> {
+fn attach(ebpf: &mut Ebpf, tracefs: &Tracefs, links: &mut super::ClassicLinks) -> Result<bool> {
     let enters: Vec<_> = MM_SYSCALL_TRACEPOINTS
         .iter()
         .map(|(enter, _)| *enter)

@@ -11,9 +11,19 @@ use tracer_common::{
     USER_STACK_PAGE, USER_STACK_RECORD_COPY, USER_STACK_RECORD_EVENT, USER_STACK_SMALL_PAGES,
 };
 
-use super::{ProbeSettings, THREAD_SIZE};
+use super::{Family, ProbeSettings, THREAD_SIZE};
 use crate::model::unwound::{StackCopy, StackRecord};
 use crate::system::btf::KernelOffsets;
+
+/// Configures the saved registers (fault attribution reads them too) and the copies; the
+/// ring and its reader are the loader's (`UserStackReader`).
+pub(super) const FAMILY: Family = Family {
+    configure: |setup, config| {
+        configure_user_regs(setup.offsets, config);
+        configure_copies(setup.settings, config)
+    },
+    ..Family::NOTHING
+};
 
 /// Ring buffer size when copies are asked for: about 400 copies of the default window (120 of
 /// the largest), more than a drain interval (100 ms) of long waits and holds; what does not fit
@@ -91,7 +101,7 @@ fn read_struct<T: aya::Pod>(bytes: &[u8]) -> Option<T> {
 
 /// Fills where the saved user registers are (fault attribution and stack copies read them),
 /// when the kernel's BTF has them.
-pub(super) fn configure_user_regs(offsets: &KernelOffsets, config: &mut Config) {
+fn configure_user_regs(offsets: &KernelOffsets, config: &mut Config) {
     let Some(regs) = offsets.user_regs else {
         return;
     };
@@ -105,11 +115,11 @@ pub(super) fn configure_user_regs(offsets: &KernelOffsets, config: &mut Config) 
     config.user_regs.known = 1;
 }
 
-/// Fills the stack-copy part of `config`; false when no copies are asked for. Fails when they
+/// Fills the stack-copy part of `config` (left 0 when no copies are asked for). Fails when they
 /// are asked for and the kernel's BTF lacks the saved-register offsets.
-pub(super) fn configure(settings: &ProbeSettings, config: &mut Config) -> Result<bool> {
+fn configure_copies(settings: &ProbeSettings, config: &mut Config) -> Result<()> {
     let Some(copies) = &settings.stack_copies else {
-        return Ok(false);
+        return Ok(());
     };
     if config.user_regs.known == 0 {
         bail!("kernel BTF lacks task_struct.stack or struct pt_regs");
@@ -120,7 +130,7 @@ pub(super) fn configure(settings: &ProbeSettings, config: &mut Config) -> Result
     let ring = settings.ring_bytes.unwrap_or(RING_BYTES);
     let cpus = aya::util::nr_cpus().map_err(|(_, e)| anyhow!("counting CPUs: {e}"))?;
     config.user_stack_budget = copy_budget(ring, config.user_stack_copies.bytes, cpus);
-    Ok(true)
+    Ok(())
 }
 
 #[cfg(test)]
