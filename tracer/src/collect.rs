@@ -297,9 +297,11 @@ pub trait Source: Forget {
 }
 
 /// A snapshot as the loop hands it to a sink: the cumulative harvest (completed with what
-/// user space knows), the watch, and what of the kernel side the sink may let go of.
+/// user space knows), when the loop took it (sinks keep their cadence by the loop's clock, not
+/// their own), the watch, and what of the kernel side the sink may let go of.
 pub struct Snapshot<'a> {
     pub harvest: Harvest,
+    pub at: Instant,
     pub watch: &'a mut Watch,
     pub kernel: &'a dyn Forget,
 }
@@ -322,8 +324,8 @@ pub enum Want {
 }
 
 /// Something that shows the trace while it runs. Every tick the loop asks it what it wants
-/// (`poll`: it takes in its own inputs, keys or requests, and keeps its own cadence) and shows
-/// it the snapshot it asked for.
+/// (`poll`: it takes in its own inputs, keys or requests, and keeps its own cadence by the
+/// time it is given) and shows it the snapshot it asked for.
 pub trait Sink {
     fn poll(&mut self, now: Instant) -> Want;
 
@@ -497,13 +499,15 @@ pub async fn watch_until_done(
 
 /// Asks the sink what it wants of this tick and, when it is a snapshot, takes and shows it.
 fn tick_sink(sink: &mut dyn Sink, source: &dyn Source, watch: &mut Watch) -> Result<Flow> {
-    match sink.poll(Instant::now()) {
+    let now = Instant::now();
+    match sink.poll(now) {
         Want::Nothing => Ok(Flow::Continue),
         Want::Stop => Ok(Flow::Stop),
         Want::Snapshot => {
             let harvest = snapshot_of(source, watch)?;
             sink.show(Snapshot {
                 harvest,
+                at: now,
                 watch,
                 kernel: source,
             })

@@ -13,7 +13,8 @@ use crate::present;
 pub struct IntervalPrinter {
     windows: Windows,
     every: Duration,
-    next: Instant,
+    /// When the next report is due (set at the first tick).
+    next: Option<Instant>,
     per_interval: bool,
     per_thread: bool,
     top: usize,
@@ -31,7 +32,7 @@ impl IntervalPrinter {
         Self {
             windows,
             every,
-            next: Instant::now() + every,
+            next: None,
             per_interval,
             per_thread,
             top,
@@ -80,10 +81,11 @@ impl IntervalPrinter {
 
 impl Sink for IntervalPrinter {
     fn poll(&mut self, now: Instant) -> Want {
-        if now < self.next {
+        let next = *self.next.get_or_insert(now + self.every);
+        if now < next {
             return Want::Nothing;
         }
-        self.next += self.every;
+        self.next = Some(next + self.every);
         Want::Snapshot
     }
 
@@ -116,6 +118,24 @@ fn local_timestamp() -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use crate::collect::Targets;
+
+    #[test]
+    fn reports_are_due_every_interval_by_the_loops_clock() {
+        let windows = Windows::new(&Targets::Pids(vec![1]), "target", 0);
+        let mut printer = IntervalPrinter::new(windows, Duration::from_secs(2), false, false, 5);
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        assert_eq!(printer.poll(at(0)), Want::Nothing);
+        assert_eq!(printer.poll(at(1_999)), Want::Nothing);
+        // A tick late by half a second takes the report, without shifting the next one.
+        assert_eq!(printer.poll(at(2_500)), Want::Snapshot);
+        assert_eq!(printer.poll(at(2_600)), Want::Nothing);
+        assert_eq!(printer.poll(at(3_999)), Want::Nothing);
+        assert_eq!(printer.poll(at(4_000)), Want::Snapshot);
+    }
+
     #[test]
     fn timestamp_shape() {
         let ts = super::local_timestamp();

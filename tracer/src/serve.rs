@@ -211,7 +211,8 @@ pub struct Server {
     series: Series,
     /// The trace since its start at the last fold: totals, losses, self-cost.
     since_start: Option<Report>,
-    next_fold: Instant,
+    /// When the next fold is due (set at the first tick).
+    next_fold: Option<Instant>,
     profiles: Vec<PendingProfile>,
     /// Processes with entries that were gone when the last fold ended.
     gone_at_last_fold: HashSet<u32>,
@@ -233,7 +234,7 @@ impl Server {
             },
             series: Series::default(),
             since_start: None,
-            next_fold: Instant::now() + FOLD_EVERY,
+            next_fold: None,
             profiles: Vec::new(),
             gone_at_last_fold: HashSet::new(),
             threads_gone_at_last_fold: HashSet::new(),
@@ -245,11 +246,11 @@ impl Server {
         self.windows.into_symbolizer()
     }
 
-    fn fold(&mut self, harvest: Harvest, watch: &mut Watch, kernel: &dyn Forget) {
+    fn fold(&mut self, harvest: Harvest, at: Instant, watch: &mut Watch, kernel: &dyn Forget) {
         let windows = self.windows.advance(harvest, watch, false);
         self.series.fold(&windows.interval, &self.settings);
         self.since_start = Some(windows.cumulative);
-        self.next_fold = Instant::now() + FOLD_EVERY;
+        self.next_fold = Some(at + FOLD_EVERY);
         self.forget_gone(kernel, watch);
         self.forget_gone_threads(kernel);
     }
@@ -360,7 +361,8 @@ impl Sink for Server {
     fn poll(&mut self, now: Instant) -> Want {
         self.asked.extend(self.endpoint.requests.try_iter());
         let profiles_due = self.profiles.iter().any(|p| p.due <= now);
-        if !self.asked.is_empty() || profiles_due || now >= self.next_fold {
+        let fold_due = *self.next_fold.get_or_insert(now + FOLD_EVERY);
+        if !self.asked.is_empty() || profiles_due || now >= fold_due {
             Want::Snapshot
         } else {
             Want::Nothing
@@ -368,13 +370,13 @@ impl Sink for Server {
     }
 
     fn show(&mut self, snapshot: Snapshot<'_>) -> Result<Flow> {
-        let now = Instant::now();
         let Snapshot {
             harvest,
+            at: now,
             watch,
             kernel,
         } = snapshot;
-        self.fold(harvest, watch, kernel);
+        self.fold(harvest, now, watch, kernel);
         for request in std::mem::take(&mut self.asked) {
             let reply = match request.ask {
                 Ask::Metrics(format) => self.metrics(format),

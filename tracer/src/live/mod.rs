@@ -40,7 +40,8 @@ pub enum Input {
 pub struct LiveView {
     windows: Windows,
     every: Duration,
-    next: Instant,
+    /// When the next snapshot is due (set at the first tick).
+    next: Option<Instant>,
     per_thread: bool,
     to_ui: Sender<Input>,
     commands: Receiver<Command>,
@@ -82,9 +83,7 @@ impl LiveView {
         Ok(Self {
             windows,
             every,
-            // The first numbers come after one interval, as the view says: a window of a
-            // few milliseconds makes every per-second rate and share in the header noise.
-            next: Instant::now() + every,
+            next: None,
             per_thread,
             to_ui,
             commands,
@@ -128,7 +127,7 @@ impl Sink for LiveView {
                 Command::Reset => self.reset_asked = true,
                 Command::PerThread(on) => {
                     self.per_thread = on;
-                    self.next = now;
+                    self.next = Some(now);
                 }
             }
         }
@@ -136,7 +135,10 @@ impl Sink for LiveView {
             // The UI ended on its own (an error or a panic): stop tracing, keep the exports.
             return Want::Stop;
         }
-        if self.reset_asked || now >= self.next {
+        // The first numbers come after one interval, as the view says: a window of a few
+        // milliseconds makes every per-second rate and share in the header noise.
+        let next = *self.next.get_or_insert(now + self.every);
+        if self.reset_asked || now >= next {
             Want::Snapshot
         } else {
             Want::Nothing
@@ -144,17 +146,19 @@ impl Sink for LiveView {
     }
 
     fn show(&mut self, snapshot: Snapshot<'_>) -> Result<Flow> {
-        let Snapshot { harvest, watch, .. } = snapshot;
+        let Snapshot {
+            harvest, at, watch, ..
+        } = snapshot;
         if std::mem::take(&mut self.reset_asked) {
             // Close the interval now so the window starts at this moment; the fresh window is
             // shown at the next tick, which comes at once.
             self.windows.advance(harvest, watch, self.per_thread);
             self.windows.reset();
-            self.next = Instant::now();
+            self.next = Some(at);
             self.wakeup.notify_one();
             return Ok(Flow::Continue);
         }
-        self.next = Instant::now() + self.every;
+        self.next = Some(at + self.every);
         let snapshot = self.windows.advance(harvest, watch, self.per_thread);
         let _ = self.to_ui.send(Input::Data(Box::new(snapshot)));
         Ok(Flow::Continue)
