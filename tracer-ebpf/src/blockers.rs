@@ -2,6 +2,7 @@
 //! to those holders when it ends. Holder stacks are taken at the holder's release, and only for
 //! holds that blocked someone (see tracer_common::holders).
 
+use aya_ebpf::maps::HashMap;
 use tracer_common::{
     holder_slot, AggKey, BlockKey, BlockValue, Blockers, Counter, HoldId, HolderKey, HolderRecord,
     Holders, LockState, LAST_HOLD, MAX_BLOCKERS, MODE_WRITE,
@@ -14,11 +15,25 @@ use tracer_common::{FAST_TARGETS, KEYS_BLOCKED};
 
 use crate::{
     maps::{
-        atomic_add, config, count, count_key, keeps_thread, slot_of, BLOCKED, BPF_NOEXIST, EEXIST,
-        FULL_BLOCKED, HOLDERS, HOLDER_INFO,
+        atomic_add, config, count, count_key, keeps_thread, slot_of, BPF_NOEXIST, EEXIST,
+        FULL_BLOCKED,
     },
     target::{Locker, NO_SLOT},
 };
+
+/// Current holders of each target mm's lock (blocker attribution). Enlarged by user space in
+/// system-wide mode, like TARGET_MMS.
+#[map]
+pub static HOLDERS: HashMap<u64, Holders> = HashMap::with_max_entries(256, 0);
+
+/// Stacks of holds that blocked someone, kept from their release until their waiters are
+/// charged (see tracer_common::HolderRecord; sized by user space, a power of two).
+#[map]
+pub static HOLDER_INFO: Array<HolderRecord> = Array::with_max_entries(8192, 0);
+
+/// Waits charged to the holders they waited behind.
+#[map]
+pub static BLOCKED: HashMap<BlockKey, BlockValue> = HashMap::with_max_entries(10240, 0);
 
 /// A hold that just ended, if any: whether it blocked someone, and its identity.
 #[derive(Clone, Copy, Default)]

@@ -8,13 +8,19 @@
 //! /proc in user space.
 
 use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel};
-use tracer_common::{StateKey, FAULTS_FILEMAP, FAULTS_FILEMAP_UNDER_LOCK, FAULTS_TOOK_MMAP_LOCK};
+use aya_ebpf::{macros::map, maps::PerCpuArray};
+use tracer_common::{
+    StateKey, FAULTS_FILEMAP, FAULTS_FILEMAP_UNDER_LOCK, FAULTS_TOOK_MMAP_LOCK, FAULT_SLOTS,
+};
 
 use crate::{
     context::LockContext,
-    maps::{add_to, armed, config, FAULT_COUNTS, LOCK_STATE, TID_HOLDING},
+    maps::{add_to, armed, config, LOCK_STATE, TID_HOLDING},
     target::{current_mm, is_target_tgid, Locker},
 };
+
+#[map]
+pub static FAULT_COUNTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(FAULT_SLOTS, 0);
 
 classic_tracepoint! {
     fn mm_filemap_fault(ctx) {

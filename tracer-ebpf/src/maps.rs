@@ -10,9 +10,8 @@ use core::{
 };
 
 use tracer_common::{
-    log2_slot, AggKey, AggValue, BlockKey, BlockValue, Config, Counter, HolderRecord, Holders,
-    LockState, ModeTotals, SleepKey, StateKey, SyscallState, SyscallTotals, COUNTER_SLOTS,
-    FAULT_SLOTS, HIST_SLOTS, MM_SYSCALLS, PER_THREAD_ALWAYS, PER_THREAD_WHILE_ROOM, TOTALS_SLOTS,
+    log2_slot, AggKey, AggValue, Config, Counter, LockState, ModeTotals, StateKey, COUNTER_SLOTS,
+    HIST_SLOTS, PER_THREAD_ALWAYS, PER_THREAD_WHILE_ROOM, TOTALS_SLOTS,
 };
 
 /// Overridden by user space at load time (`EbpfLoader::set_global`).
@@ -28,24 +27,6 @@ pub fn config() -> &'static Config {
     let address: *const Config = &CONFIG;
     unsafe { &*core::ptr::read_volatile(&address) }
 }
-
-/// Target tgids given on the command line (value unused).
-#[map]
-pub static TARGET_TGIDS: HashMap<u32, u32> = HashMap::with_max_entries(64, 0);
-
-/// mm_struct address -> the target tgid that owns it. Filled by the programs themselves;
-/// enlarged by user space in system-wide mode (one entry per process that locks its mm).
-#[map]
-pub static TARGET_MMS: HashMap<u64, u32> = HashMap::with_max_entries(256, 0);
-
-/// Slot 0: the target tgid whose mm the tracer is discovering right now (0 when none).
-#[map]
-pub static DISCOVER: Array<u32> = Array::with_max_entries(1, 0);
-
-/// Comm of outside lockers, and of every process in system-wide mode (tgid -> comm), so the
-/// report can name a process that already exited. Enlarged by user space in system-wide mode.
-#[map]
-pub static LOCKER_COMMS: HashMap<u32, [u8; 16]> = HashMap::with_max_entries(1024, 0);
 
 /// Per-(thread, mm) lock state while a lock operation is in progress (deleted when idle). LRU so
 /// that threads dying mid-lock cannot fill it.
@@ -76,40 +57,11 @@ pub const FULL_AGG: u32 = 0;
 pub const FULL_BLOCKED: u32 = 1;
 pub const FULL_SLEEPS: u32 = 2;
 
-/// Current holders of each target mm's lock (blocker attribution). Enlarged by user space in
-/// system-wide mode, like TARGET_MMS.
-#[map]
-pub static HOLDERS: HashMap<u64, Holders> = HashMap::with_max_entries(256, 0);
-
-/// Stacks of holds that blocked someone, kept from their release until their waiters are
-/// charged (see tracer_common::HolderRecord; sized by user space, a power of two).
-#[map]
-pub static HOLDER_INFO: Array<HolderRecord> = Array::with_max_entries(8192, 0);
-
-/// Waits charged to the holders they waited behind.
-#[map]
-pub static BLOCKED: HashMap<BlockKey, BlockValue> = HashMap::with_max_entries(10240, 0);
-
-/// Sleeping time of holds per kernel stack of the sleep.
-#[map]
-pub static SLEEPS: HashMap<SleepKey, u64> = HashMap::with_max_entries(4096, 0);
-
 /// Threads holding a target's lock (tid -> mm, 0 when not holding), so that sched_switch finds
 /// their state. Overwritten in place, so one insert per thread; LRU so that exited threads'
 /// entries make room.
 #[map]
 pub static TID_HOLDING: LruHashMap<u32, u64> = LruHashMap::with_max_entries(16384, 0);
-
-/// mm syscalls in progress on target threads.
-#[map]
-pub static SYSCALLS_ACTIVE: LruHashMap<u32, SyscallState> = LruHashMap::with_max_entries(16384, 0);
-
-#[map]
-pub static SYSCALL_TOTALS: PerCpuArray<SyscallTotals> =
-    PerCpuArray::with_max_entries(MM_SYSCALLS.len() as u32, 0);
-
-#[map]
-pub static FAULT_COUNTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(FAULT_SLOTS, 0);
 
 /// Slot 0 non-zero while tracing: set once every program is attached and cleared before any is
 /// detached, so that attaching and detaching one program at a time cannot leave half-seen lock
@@ -145,10 +97,6 @@ pub fn count_key(slot: u32) {
 /// When the trace was armed (bpf_ktime_get_ns clock), set by user space just before ARMED.
 #[map]
 pub static TRACE_START: Array<u64> = Array::with_max_entries(1, 0);
-
-/// See tracer_common::EXITED_LIFETIME_NS.
-#[map]
-pub static THREAD_EXITS: PerCpuArray<u64> = PerCpuArray::with_max_entries(2, 0);
 
 #[inline(always)]
 pub fn armed() -> bool {

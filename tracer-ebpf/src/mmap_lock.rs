@@ -11,6 +11,7 @@ use aya_ebpf::{
     macros::btf_tracepoint,
     programs::{tracing::StackIdContext, BtfTracePointContext, TracePointContext},
 };
+use aya_ebpf::{macros::map, maps::HashMap};
 use tracer_common::{
     totals_index, AggKey, AggValue, Counter, Effects, LockEvent, LockState, ModeTotals, SleepKey,
     StateKey, KEYS_AGG, KIND_HOLD, KIND_WAIT, MODE_READ, MODE_WRITE, NO_STACK,
@@ -22,13 +23,17 @@ use crate::{
     faults, lean,
     maps::{
         armed, atomic_add, config, count, count_key, keeps_thread, slot_of, AGG, BPF_NOEXIST,
-        EEXIST, FULL_AGG, FULL_SLEEPS, LOCK_STATE, SLEEPS, STACKS, TID_HOLDING, TOTALS,
+        EEXIST, FULL_AGG, FULL_SLEEPS, LOCK_STATE, STACKS, TID_HOLDING, TOTALS,
     },
     pending, syscalls,
     target::{classify, fatal_signal_pending, Locker, NO_SLOT},
     timeline,
     user_stacks::{self, EventShare},
 };
+
+/// Sleeping time of holds per kernel stack of the sleep.
+#[map]
+pub static SLEEPS: HashMap<SleepKey, u64> = HashMap::with_max_entries(4096, 0);
 
 const EFAULT: i32 = 14;
 

@@ -5,13 +5,27 @@
 //! workload (half its syscalls are mm syscalls; most programs make far fewer).
 
 use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns};
-use tracer_common::{Counter, Effects, LockState, StateKey, SyscallState, MM_SYSCALLS};
+use aya_ebpf::{
+    macros::map,
+    maps::{LruHashMap, PerCpuArray},
+};
+use tracer_common::{
+    Counter, Effects, LockState, StateKey, SyscallState, SyscallTotals, MM_SYSCALLS,
+};
 
 use crate::{
-    maps::{armed, config, count, LOCK_STATE, SYSCALLS_ACTIVE, SYSCALL_TOTALS},
+    maps::{armed, config, count, LOCK_STATE},
     pending,
     target::{current_mm, is_target_tgid, Locker},
 };
+
+/// mm syscalls in progress on target threads.
+#[map]
+pub static SYSCALLS_ACTIVE: LruHashMap<u32, SyscallState> = LruHashMap::with_max_entries(16384, 0);
+
+#[map]
+pub static SYSCALL_TOTALS: PerCpuArray<SyscallTotals> =
+    PerCpuArray::with_max_entries(MM_SYSCALLS.len() as u32, 0);
 
 classic_tracepoint! {
     /// Attached to every sys_enter_* of MM_SYSCALLS.

@@ -4,6 +4,7 @@ use aya_ebpf::helpers::{
     bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns,
     bpf_probe_read_kernel,
 };
+use aya_ebpf::maps::{HashMap, PerCpuArray};
 
 use aya_ebpf::{
     macros::{btf_tracepoint, map},
@@ -14,11 +15,30 @@ use tracer_common::{
     Config, Counter, FastTargets, StateKey, EXITED_LIFETIME_NS, EXITED_THREADS, FAST_TARGETS,
 };
 
-use crate::maps::{
-    add_to, armed, config, count, DISCOVER, LOCKER_COMMS, TARGET_MMS, TARGET_TGIDS, THREAD_EXITS,
-    TRACE_START,
-};
+use crate::maps::{add_to, armed, config, count, TRACE_START};
 use crate::pending;
+
+/// Target tgids given on the command line (value unused).
+#[map]
+pub static TARGET_TGIDS: HashMap<u32, u32> = HashMap::with_max_entries(64, 0);
+
+/// mm_struct address -> the target tgid that owns it. Filled by the programs themselves;
+/// enlarged by user space in system-wide mode (one entry per process that locks its mm).
+#[map]
+pub static TARGET_MMS: HashMap<u64, u32> = HashMap::with_max_entries(256, 0);
+
+/// Slot 0: the target tgid whose mm the tracer is discovering right now (0 when none).
+#[map]
+pub static DISCOVER: Array<u32> = Array::with_max_entries(1, 0);
+
+/// Comm of outside lockers, and of every process in system-wide mode (tgid -> comm), so the
+/// report can name a process that already exited. Enlarged by user space in system-wide mode.
+#[map]
+pub static LOCKER_COMMS: HashMap<u32, [u8; 16]> = HashMap::with_max_entries(1024, 0);
+
+/// See tracer_common::EXITED_LIFETIME_NS.
+#[map]
+pub static THREAD_EXITS: PerCpuArray<u64> = PerCpuArray::with_max_entries(2, 0);
 
 const EEXIST: i32 = 17;
 
