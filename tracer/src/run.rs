@@ -436,7 +436,7 @@ fn finish(cli: &Cli, collected: Collected) -> Result<()> {
     probes.set_armed(false)?;
     watch.count_threads(&probes);
     // A launched command that exited is still a zombie here, its counts whole.
-    watch.sample_faults(probes.follows_forks);
+    watch.sample_faults(probes.follows_forks());
     let records = probes.drain_user_stacks();
     watch.unwind(records, |id| probes.stack(id));
     log_copy_use(&watch.pending_copies.stats, watch.unwound.events());

@@ -179,7 +179,7 @@ pub struct Probes {
     /// AGG's max_entries (BLOCKED's too), which the final fold of pending operations keeps to.
     agg_capacity: usize,
     /// Whether the programs follow the listed targets' forks (a traced command's tree).
-    pub follows_forks: bool,
+    follows_forks: bool,
 }
 
 /// The classic tracepoints' links, held apart from their programs so that they are closed
