@@ -332,10 +332,21 @@ fn attach_tracepoints(
     Ok(true)
 }
 
-/// A classic tracepoint's perf_event_open refused for want of privilege.
+/// A classic tracepoint's perf_event_open refused for want of privilege: EACCES (Debian's
+/// kernel.perf_event_paranoid 3 without CAP_SYS_ADMIN) or EPERM, found in the error's source
+/// chain (aya's message names the syscall only: "`perf_event_open_trace_point` failed").
 fn is_refused(err: &aya::programs::ProgramError) -> bool {
-    let text = format!("{err:#}");
-    text.contains("Permission denied") || text.contains("Operation not permitted")
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = cause {
+        let errno = e
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::raw_os_error);
+        if matches!(errno, Some(libc::EACCES | libc::EPERM)) {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
 }
 
 /// Why perf_event_open refuses a process with CAP_PERFMON: Debian's kernels read
@@ -999,6 +1010,20 @@ mod tests {
         );
         assert!(!summary.contains('\n'));
         assert_eq!(verifier_summary(""), "no log");
+    }
+
+    #[test]
+    fn a_perf_event_open_refused_for_privilege_is_told_apart_from_other_failures() {
+        let failed = |errno| {
+            aya::programs::ProgramError::SyscallError(aya::sys::SyscallError {
+                call: "perf_event_open_trace_point",
+                io_error: std::io::Error::from_raw_os_error(errno),
+            })
+        };
+        assert!(is_refused(&failed(libc::EACCES)));
+        assert!(is_refused(&failed(libc::EPERM)));
+        assert!(!is_refused(&failed(libc::ENOENT)));
+        assert!(!is_refused(&aya::programs::ProgramError::NotLoaded));
     }
 
     #[test]
