@@ -591,8 +591,6 @@ impl Probes {
 }
 
 impl Forget for Probes {
-    /// The threads with a lock state, each with whether it still holds an aggregation left
-    /// pending (which user space must not drop).
     fn thread_states(&self) -> Result<Vec<(StateKey, bool)>> {
         Ok(
             read_shared::<StateKey, LockState>(&self.ebpf, map_names::LOCK_STATE)?
@@ -686,7 +684,6 @@ impl Source for Probes {
         Ok(owners.collect())
     }
 
-    /// (summed lifetimes inside the trace in ns, number) of the target threads that exited.
     fn exited_threads(&self) -> Result<(u64, u64)> {
         let exits: PerCpuArray<_, u64> = map_ref(&self.ebpf, map_names::THREAD_EXITS)?;
         let sum = |slot: u32| -> Result<u64> { Ok(exits.get(&slot, 0)?.iter().sum()) };
