@@ -39,8 +39,8 @@ pub use holders::{
     Holders, LAST_HOLD, MAX_BLOCKERS, MAX_READERS, QUEUED,
 };
 pub use lock_state::{
-    Effects, LockEvent, LockState, OffCpu, PendingAgg, MISS_CONTINUATION_NS, OFF_RUNNABLE,
-    OFF_SLEEPING, OFF_UNINTERRUPTIBLE,
+    Effects, LockEvent, LockState, LockTiming, OffCpu, PendingAgg, Transition,
+    MISS_CONTINUATION_NS, OFF_RUNNABLE, OFF_SLEEPING, OFF_UNINTERRUPTIBLE,
 };
 
 /// `mode` values: which side of the rwsem.

@@ -83,16 +83,198 @@ impl PendingAgg {
     }
 }
 
-/// What one (thread, mm) is doing with the lock. All-zero means idle. Timestamps are
-/// bpf_ktime_get_ns values, never 0 on a running system, so 0 means "none".
+/// The pairing of one (thread, mm)'s lock events: when its wait and hold began, and the trylock
+/// miss a lock may continue. All-zero means idle. It is the whole state of the lean path
+/// (`--lean`), which keeps it in one cache line per thread; LockState builds the rest on it.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct LockState {
+pub struct LockTiming {
     pub wait_start_ns: u64,
     pub hold_start_ns: u64,
     /// When the last trylock missed, and when the attempt it belonged to started.
     pub miss_ns: u64,
     pub miss_wait_start_ns: u64,
+    pub wait_mode: u8,
+    pub hold_mode: u8,
+    pub miss_mode: u8,
+    pub _pad: [u8; 5],
+}
+
+/// What a timing step did besides its effects, for the state built around it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Transition {
+    /// A new lock operation began (not a start continuing a trylock miss).
+    pub began_operation: bool,
+    /// A wait ended with an acquire in its own mode, taken or not.
+    pub wait_ended: bool,
+    /// A hold began: acquired, downgraded to read, or acquired after an unseen start.
+    pub hold_began: bool,
+}
+
+impl LockTiming {
+    pub const ZERO: LockTiming = LockTiming {
+        wait_start_ns: 0,
+        hold_start_ns: 0,
+        miss_ns: 0,
+        miss_wait_start_ns: 0,
+        wait_mode: 0,
+        hold_mode: 0,
+        miss_mode: 0,
+        _pad: [0; 5],
+    };
+
+    #[inline(always)]
+    pub fn is_idle(&self) -> bool {
+        self.wait_start_ns == 0 && self.hold_start_ns == 0 && self.miss_ns == 0
+    }
+
+    /// Back to idle, field by field (see LockState::reset_keeping_history).
+    #[inline(always)]
+    pub fn reset(&mut self) {
+        self.wait_start_ns = 0;
+        self.hold_start_ns = 0;
+        self.clear_miss();
+        self.wait_mode = 0;
+        self.hold_mode = 0;
+    }
+
+    /// Advances the pairing by one event at time `now`: what to record, and what changed.
+    #[inline(always)]
+    pub fn step(&mut self, event: LockEvent, now: u64) -> (Effects, Transition) {
+        let mut done = Transition::default();
+        let fx = match event {
+            LockEvent::StartLocking { mode } => self.start_locking(mode, now, &mut done),
+            LockEvent::AcquireReturned {
+                mode,
+                success,
+                fatal_signal,
+            } => self.acquire_returned(mode, success, fatal_signal, now, &mut done),
+            LockEvent::Released { mode } => self.released(mode, now),
+        };
+        (fx, done)
+    }
+
+    #[inline(always)]
+    fn start_locking(&mut self, mode: u8, now: u64, done: &mut Transition) -> Effects {
+        let mut fx = Effects::default();
+        if self.hold_start_ns != 0 {
+            // Our thread "still holds" it: its release went unseen (e.g. unlocked by another task).
+            fx.counter = Some(Counter::StartWhileHolding);
+            self.hold_start_ns = 0;
+        } else if self.wait_start_ns != 0 {
+            fx.counter = Some(Counter::StartWhileWaiting);
+        }
+        let continues_miss = self.miss_ns != 0
+            && self.miss_mode == mode
+            && now.wrapping_sub(self.miss_ns) <= MISS_CONTINUATION_NS;
+        self.wait_start_ns = if continues_miss {
+            self.miss_wait_start_ns
+        } else {
+            done.began_operation = true;
+            now
+        };
+        self.wait_mode = mode;
+        self.clear_miss();
+        fx
+    }
+
+    #[inline(always)]
+    fn acquire_returned(
+        &mut self,
+        mode: u8,
+        success: bool,
+        fatal: bool,
+        now: u64,
+        done: &mut Transition,
+    ) -> Effects {
+        let mut fx = Effects::default();
+        if self.wait_start_ns == 0 {
+            if success && mode == MODE_READ && self.holds(MODE_WRITE) {
+                fx.hold = Some((MODE_WRITE, now.wrapping_sub(self.hold_start_ns)));
+                fx.downgraded = true;
+                self.begin_hold(MODE_READ, now, done);
+            } else {
+                fx.counter = Some(Counter::UnpairedAcquire);
+                // The acquisition time is still known, so the hold can be timed.
+                if success {
+                    self.begin_hold(mode, now, done);
+                }
+            }
+            return fx;
+        }
+        let wait_start = self.wait_start_ns;
+        self.wait_start_ns = 0;
+        if self.wait_mode != mode {
+            fx.counter = Some(Counter::ModeMismatch);
+            if success {
+                self.begin_hold(mode, now, done);
+            }
+            return fx;
+        }
+        done.wait_ended = true;
+        if success {
+            fx.wait = Some((mode, now.wrapping_sub(wait_start)));
+            fx.acquired = Some(mode);
+            self.begin_hold(mode, now, done);
+        } else if fatal {
+            fx.interrupted = Some(mode);
+            self.clear_miss();
+        } else {
+            fx.failed_trylock = Some(mode);
+            self.miss_ns = now;
+            self.miss_wait_start_ns = wait_start;
+            self.miss_mode = mode;
+        }
+        fx
+    }
+
+    #[inline(always)]
+    fn released(&mut self, mode: u8, now: u64) -> Effects {
+        let mut fx = Effects::default();
+        if self.hold_start_ns == 0 {
+            fx.counter = Some(Counter::UnpairedRelease);
+        } else if self.hold_mode != mode {
+            fx.counter = Some(Counter::ModeMismatch);
+        } else {
+            fx.hold = Some((mode, now.wrapping_sub(self.hold_start_ns)));
+        }
+        self.hold_start_ns = 0;
+        fx
+    }
+
+    #[inline(always)]
+    fn holds(&self, mode: u8) -> bool {
+        self.hold_start_ns != 0 && self.hold_mode == mode
+    }
+
+    #[inline(always)]
+    fn begin_hold(&mut self, mode: u8, now: u64, done: &mut Transition) {
+        self.hold_start_ns = now;
+        self.hold_mode = mode;
+        done.hold_began = true;
+    }
+
+    /// Volatile: LLVM merges the two adjacent stores into a call of the BPF object's memset,
+    /// across which it kept a value in a register the call clobbers (the verifier refused the
+    /// lean path for `R5 !read_ok`).
+    #[inline(always)]
+    fn clear_miss(&mut self) {
+        unsafe {
+            core::ptr::write_volatile(&mut self.miss_ns, 0);
+            core::ptr::write_volatile(&mut self.miss_wait_start_ns, 0);
+        }
+        self.miss_mode = 0;
+    }
+}
+
+/// What one (thread, mm) is doing with the lock. All-zero means idle. Timestamps are
+/// bpf_ktime_get_ns values, never 0 on a running system, so 0 means "none".
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LockState {
+    /// The wait and hold in progress: the pairing of the three events (first, so that they
+    /// share a cache line).
+    pub timing: LockTiming,
     /// Sleeping (rwsem slow path) part of the current wait, from lock:contention_begin/end.
     pub contended_ns: u64,
     pub contended_since_ns: u64,
@@ -101,9 +283,6 @@ pub struct LockState {
     pub off_since_ns: u64,
     pub off_stack: i32,
     pub off_kind: u8,
-    pub wait_mode: u8,
-    pub hold_mode: u8,
-    pub miss_mode: u8,
     /// 1 while the current lock operation serves a user page fault (see AggKey::fault).
     pub fault: u8,
     /// Bit n set: this thread's last hold taken for cause n (1 + index into MM_SYSCALLS, 0
@@ -120,7 +299,7 @@ pub struct LockState {
     /// 1 + index into MM_SYSCALLS of the mm syscall this lock operation serves, or 0 (managed
     /// by the eBPF programs, from start_locking: no lookup inside the critical section).
     pub cause: u8,
-    pub _pad: [u8; 3],
+    pub _pad: [u8; 6],
     /// Kernel and user stacks walked at start_locking, when the wait began behind a holder
     /// (managed by the eBPF programs): outside the critical section, where walking costs only
     /// the waiter. The wait and the hold that follows reuse them.
@@ -144,25 +323,19 @@ pub struct LockState {
 
 impl LockState {
     pub const ZERO: LockState = LockState {
-        wait_start_ns: 0,
-        hold_start_ns: 0,
-        miss_ns: 0,
-        miss_wait_start_ns: 0,
+        timing: LockTiming::ZERO,
         contended_ns: 0,
         contended_since_ns: 0,
         offcpu: OffCpu::ZERO,
         off_since_ns: 0,
         off_stack: crate::NO_STACK,
         off_kind: 0,
-        wait_mode: 0,
-        hold_mode: 0,
-        miss_mode: 0,
         fault: 0,
         long_holds: 0,
         long_waits: 0,
         user_copy_sampled: 0,
         cause: 0,
-        _pad: [0; 3],
+        _pad: [0; 6],
         start_kernel_stack: crate::NO_STACK,
         start_user_stack: crate::NO_STACK,
         user_copy_id: 0,
@@ -243,7 +416,7 @@ impl Effects {
 
 impl LockState {
     pub fn is_idle(&self) -> bool {
-        self.wait_start_ns == 0 && self.hold_start_ns == 0 && self.miss_ns == 0
+        self.timing.is_idle()
     }
 
     /// Back to idle, keeping only what predicts the thread's next lock operation and what the
@@ -252,16 +425,12 @@ impl LockState {
     /// byte by byte.
     #[inline(always)]
     pub fn reset_keeping_history(&mut self) {
-        self.wait_start_ns = 0;
-        self.hold_start_ns = 0;
-        self.clear_miss();
+        self.timing.reset();
         self.contended_since_ns = 0;
         self.offcpu = OffCpu::ZERO;
         self.off_since_ns = 0;
         self.off_stack = NO_STACK;
         self.off_kind = 0;
-        self.wait_mode = 0;
-        self.hold_mode = 0;
         let (count, mask) = (self.blockers.count, self.blockers.write_mask);
         self.begin_operation();
         if self.pending_wait.is_some() {
@@ -293,109 +462,37 @@ impl LockState {
         set_bit(&mut self.long_waits, cause, long);
     }
 
-    /// Advances the state by one event at time `now` and says what to record.
+    /// Advances the state by one event at time `now` and says what to record: the timing's
+    /// effects, with the parts of the wait spent asleep and of the hold spent off CPU.
     #[inline(always)]
     pub fn step(&mut self, event: LockEvent, now: u64) -> Effects {
-        match event {
-            LockEvent::StartLocking { mode } => self.start_locking(mode, now),
-            LockEvent::AcquireReturned {
-                mode,
-                success,
-                fatal_signal,
-            } => self.acquire_returned(mode, success, fatal_signal, now),
-            LockEvent::Released { mode } => self.released(mode, now),
-        }
-    }
-
-    #[inline(always)]
-    fn start_locking(&mut self, mode: u8, now: u64) -> Effects {
-        let mut fx = Effects::default();
-        if self.hold_start_ns != 0 {
-            // Our thread "still holds" it: its release went unseen (e.g. unlocked by another task).
-            fx.counter = Some(Counter::StartWhileHolding);
-            self.hold_start_ns = 0;
-        } else if self.wait_start_ns != 0 {
-            fx.counter = Some(Counter::StartWhileWaiting);
-        }
-        let continues_miss = self.miss_ns != 0
-            && self.miss_mode == mode
-            && now.wrapping_sub(self.miss_ns) <= MISS_CONTINUATION_NS;
-        self.wait_start_ns = if continues_miss {
-            self.miss_wait_start_ns
-        } else {
+        let (mut fx, done) = self.timing.step(event, now);
+        if done.began_operation {
             self.begin_operation();
-            now
-        };
-        self.contended_since_ns = 0;
-        self.wait_mode = mode;
-        self.clear_miss();
-        fx
-    }
-
-    #[inline(always)]
-    fn acquire_returned(&mut self, mode: u8, success: bool, fatal: bool, now: u64) -> Effects {
-        let mut fx = Effects::default();
-        if self.wait_start_ns == 0 {
-            if success && mode == MODE_READ && self.holds(MODE_WRITE) {
-                fx.hold = Some((MODE_WRITE, now.wrapping_sub(self.hold_start_ns)));
-                fx.hold_offcpu = self.offcpu;
-                fx.downgraded = true;
-                self.begin_hold(MODE_READ, now);
-            } else {
-                fx.counter = Some(Counter::UnpairedAcquire);
-                // The acquisition time is still known, so the hold can be timed.
-                if success {
-                    self.begin_hold(mode, now);
-                }
-            }
-            return fx;
         }
-        let wait_start = self.wait_start_ns;
-        self.wait_start_ns = 0;
-        if self.wait_mode != mode {
-            fx.counter = Some(Counter::ModeMismatch);
-            if success {
-                self.begin_hold(mode, now);
-            }
-            return fx;
+        if matches!(event, LockEvent::StartLocking { .. }) {
+            self.contended_since_ns = 0;
         }
-        self.contention_end(now);
-        if success {
-            fx.wait = Some((mode, now.wrapping_sub(wait_start)));
+        if done.wait_ended {
+            self.contention_end(now);
+        }
+        if fx.wait.is_some() {
             fx.wait_contended_ns = self.contended_ns;
-            fx.acquired = Some(mode);
-            self.begin_hold(mode, now);
-        } else if fatal {
-            fx.interrupted = Some(mode);
-            self.clear_miss();
-        } else {
-            fx.failed_trylock = Some(mode);
-            self.miss_ns = now;
-            self.miss_wait_start_ns = wait_start;
-            self.miss_mode = mode;
         }
-        fx
-    }
-
-    #[inline(always)]
-    fn released(&mut self, mode: u8, now: u64) -> Effects {
-        let mut fx = Effects::default();
-        if self.hold_start_ns == 0 {
-            fx.counter = Some(Counter::UnpairedRelease);
-        } else if self.hold_mode != mode {
-            fx.counter = Some(Counter::ModeMismatch);
-        } else {
-            fx.hold = Some((mode, now.wrapping_sub(self.hold_start_ns)));
+        if fx.hold.is_some() {
             fx.hold_offcpu = self.offcpu;
         }
-        self.hold_start_ns = 0;
+        if done.hold_began {
+            self.offcpu = OffCpu::ZERO;
+            self.off_since_ns = 0;
+        }
         fx
     }
 
     /// lock:contention_begin for this lock: the waiter goes to sleep in the slow path.
     #[inline(always)]
     pub fn contention_begin(&mut self, now: u64) {
-        if self.wait_start_ns != 0 {
+        if self.timing.wait_start_ns != 0 {
             self.contended_since_ns = now;
         }
     }
@@ -413,7 +510,7 @@ impl LockState {
     /// the kernel stack it sleeps in.
     #[inline(always)]
     pub fn switched_out(&mut self, now: u64, kind: u8, stack: i32) {
-        if self.hold_start_ns != 0 {
+        if self.timing.hold_start_ns != 0 {
             self.off_since_ns = now;
             self.off_kind = kind;
             self.off_stack = stack;
@@ -423,7 +520,7 @@ impl LockState {
     /// sched_switch back to a thread: charges the time away to the hold.
     #[inline(always)]
     pub fn switched_in(&mut self, now: u64) {
-        if self.hold_start_ns == 0 || self.off_since_ns == 0 {
+        if self.timing.hold_start_ns == 0 || self.off_since_ns == 0 {
             return;
         }
         let away = now.wrapping_sub(self.off_since_ns);
@@ -443,18 +540,6 @@ impl LockState {
         self.off_since_ns = 0;
     }
 
-    fn holds(&self, mode: u8) -> bool {
-        self.hold_start_ns != 0 && self.hold_mode == mode
-    }
-
-    #[inline(always)]
-    fn begin_hold(&mut self, mode: u8, now: u64) {
-        self.hold_start_ns = now;
-        self.hold_mode = mode;
-        self.offcpu = OffCpu::ZERO;
-        self.off_since_ns = 0;
-    }
-
     /// A new lock operation: nothing of the last one carries over (a trylock miss that was never
     /// followed by a lock leaves its stacks, copy, cause and blockers behind), but the history
     /// that predicts this one and the syscall time not yet handed over.
@@ -470,13 +555,6 @@ impl LockState {
         // Only the count and mask: refs past the count are never read.
         self.blockers.count = 0;
         self.blockers.write_mask = 0;
-    }
-
-    #[inline(always)]
-    fn clear_miss(&mut self) {
-        self.miss_ns = 0;
-        self.miss_wait_start_ns = 0;
-        self.miss_mode = 0;
     }
 }
 
@@ -515,6 +593,34 @@ mod tests {
         (s, out)
     }
 
+    /// What each step of the bare timing (the lean path's whole state) tells the state built
+    /// on it: a new operation only where a start does not continue a miss, the end of a wait
+    /// only on an acquire of its own mode, the beginning of a hold on every acquisition.
+    #[test]
+    fn the_timing_says_where_operations_waits_and_holds_begin_and_end() {
+        let mut t = LockTiming::ZERO;
+        let step = |t: &mut LockTiming, e, now| t.step(e, now).1;
+        let fresh = step(&mut t, StartLocking { mode: R }, 100);
+        assert!(fresh.began_operation && !fresh.wait_ended && !fresh.hold_began);
+        let miss = step(&mut t, missed(R), 110);
+        assert!(miss.wait_ended && !miss.hold_began);
+        let retry = step(&mut t, StartLocking { mode: R }, 120);
+        assert!(!retry.began_operation, "continues the miss");
+        let got = step(&mut t, acquired(R), 130);
+        assert!(got.wait_ended && got.hold_began && !got.began_operation);
+        assert_eq!(step(&mut t, Released { mode: R }, 140), Transition::default());
+        step(&mut t, StartLocking { mode: W }, 200);
+        let wrong_mode = step(&mut t, acquired(R), 210);
+        assert!(!wrong_mode.wait_ended && wrong_mode.hold_began);
+        step(&mut t, Released { mode: R }, 220);
+        step(&mut t, StartLocking { mode: W }, 300);
+        step(&mut t, acquired(W), 310);
+        let downgrade = step(&mut t, acquired(R), 320);
+        assert!(downgrade.hold_began && !downgrade.wait_ended);
+        step(&mut t, Released { mode: R }, 330);
+        assert!(t.is_idle());
+    }
+
     #[test]
     fn plain_write_lock_gives_wait_then_hold() {
         let (s, fx) = run(&[
@@ -535,7 +641,7 @@ mod tests {
         assert_eq!(fx[1].failed_trylock, Some(R));
         assert_eq!(fx[1].wait, None);
         assert_eq!(fx[1].acquired, None);
-        assert_eq!(s.hold_start_ns, 0);
+        assert_eq!(s.timing.hold_start_ns, 0);
     }
 
     #[test]
@@ -765,8 +871,8 @@ mod tests {
             (StartLocking { mode: W }, 900),
         ]);
         assert_eq!(fx[2].counter, Some(Counter::StartWhileHolding));
-        assert_eq!(s.hold_start_ns, 0);
-        assert_eq!(s.wait_start_ns, 900);
+        assert_eq!(s.timing.hold_start_ns, 0);
+        assert_eq!(s.timing.wait_start_ns, 900);
     }
 
     #[test]
@@ -778,7 +884,7 @@ mod tests {
         st.note_hold_length(9, true);
         st.note_wait_length(1, true);
         st.note_wait_length(2, false);
-        st.hold_start_ns = 5;
+        st.timing.hold_start_ns = 5;
         st.syscall_hold_ns = 9;
         st.user_copy_id = 7;
         st.user_copy_sampled = 1;

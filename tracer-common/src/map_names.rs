@@ -14,6 +14,7 @@ pub const HOLDERS_BY_SLOT: &str = "HOLDERS_BY_SLOT";
 pub const HOLDER_INFO: &str = "HOLDER_INFO";
 pub const KEY_COUNTS: &str = "KEY_COUNTS";
 pub const LEAN_AGG: &str = "LEAN_AGG";
+pub const LEAN_THREADS: &str = "LEAN_THREADS";
 pub const LOCKER_COMMS: &str = "LOCKER_COMMS";
 pub const LOCK_STATE: &str = "LOCK_STATE";
 pub const MAP_FULL: &str = "MAP_FULL";
@@ -33,7 +34,7 @@ pub const TRACE_START: &str = "TRACE_START";
 pub const USER_STACKS: &str = "USER_STACKS";
 
 /// Every map above.
-pub const MAPS: [&str; 29] = [
+pub const MAPS: [&str; 30] = [
     AGG,
     ARMED,
     BLOCKED,
@@ -46,6 +47,7 @@ pub const MAPS: [&str; 29] = [
     HOLDER_INFO,
     KEY_COUNTS,
     LEAN_AGG,
+    LEAN_THREADS,
     LOCKER_COMMS,
     LOCK_STATE,
     MAP_FULL,

@@ -1,6 +1,8 @@
 //! The listed targets the programs recognise without a hash lookup, and the lean path's
 //! per-target aggregation (`--lean`).
 
+use crate::{LockTiming, StateKey};
+
 /// Listed targets recognised without a hash lookup.
 pub const FAST_TARGETS: usize = 8;
 
@@ -25,6 +27,30 @@ pub fn lean_agg_index(slot: usize, kind: u8, mode: u8) -> u32 {
 // SAFETY: #[repr(C)], Copy, integers only, explicit padding.
 unsafe impl aya::Pod for FastTargets {}
 
+/// Entries of the lean path's LEAN_THREADS array: a thread's entry is at its tid modulo this.
+pub const LEAN_THREAD_SLOTS: u32 = 4096;
+
+/// A LEAN_THREADS entry: the lock timing of the (thread, mm) that holds it, 64 bytes, so that
+/// each event of the lean path touches one cache line of state. Found by index, not by hash:
+/// the lean path looks in LOCK_STATE only when two live threads share an index.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LeanThread {
+    /// tid 0: never used.
+    pub key: StateKey,
+    pub timing: LockTiming,
+    pub _pad: u64,
+}
+
+#[inline(always)]
+pub fn lean_thread_index(tid: u32) -> u32 {
+    tid % LEAN_THREAD_SLOTS
+}
+
+#[cfg(feature = "user")]
+// SAFETY: #[repr(C)], Copy, integers only, explicit padding.
+unsafe impl aya::Pod for LeanThread {}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -43,5 +69,10 @@ mod tests {
             }
         }
         assert!(seen.iter().all(|&s| s));
+    }
+
+    #[test]
+    fn a_lean_thread_fills_one_cache_line() {
+        assert_eq!(core::mem::size_of::<LeanThread>(), 64);
     }
 }

@@ -98,7 +98,7 @@ pub fn track_holders(
     held_mode: u8,
     st: &LockState,
 ) -> EndedHold {
-    let now_since = st.hold_start_ns;
+    let now_since = st.timing.hold_start_ns;
     if now_since == held_since {
         return EndedHold::default();
     }
@@ -115,7 +115,7 @@ pub fn track_holders(
             };
         }
     }
-    if now_since != 0 && !holders.add(st.hold_mode == MODE_WRITE, tid, now_since) {
+    if now_since != 0 && !holders.add(st.timing.hold_mode == MODE_WRITE, tid, now_since) {
         count(Counter::ReaderOverflow);
     }
     ended

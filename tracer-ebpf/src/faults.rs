@@ -45,7 +45,7 @@ fn holding_now(tid: u32) -> bool {
             _pad: 0,
             mm: current_mm(config().task_mm_offset),
         };
-        return unsafe { LOCK_STATE.get(&key) }.is_some_and(|st| st.hold_start_ns != 0);
+        return unsafe { LOCK_STATE.get(&key) }.is_some_and(|st| st.timing.hold_start_ns != 0);
     }
     unsafe { TID_HOLDING.get(&tid) }.is_some_and(|mm| *mm != 0)
 }

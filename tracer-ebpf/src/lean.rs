@@ -1,17 +1,22 @@
 //! The lean path: `--lean` (timing only) without per-thread rows, on targets listed in
-//! TARGET_SLOTS, at a constant cost per event: the target filter through the slots, one hash
-//! lookup for the thread's state (inserted once per thread), and durations added to the
-//! per-CPU LEAN_AGG array by (target, kind, mode) with their log2 histogram, which also stands
-//! for the targets' own totals of acquisitions, waits and holds. Nothing is inserted per
-//! event.
+//! TARGET_SLOTS, at a constant cost per event: the target filter through the slots, the
+//! thread's timing in its LEAN_THREADS entry (an index, not a hash; one cache line), and
+//! durations added to the per-CPU LEAN_AGG array by (target, kind, mode) with their log2
+//! histogram, which also stands for the targets' own totals of acquisitions, waits and holds.
+//! Nothing is inserted per event.
 
-use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::map, maps::PerCpuArray};
+use aya_ebpf::{
+    helpers::bpf_ktime_get_ns,
+    macros::map,
+    maps::{Array, PerCpuArray},
+};
 use tracer_common::{
-    lean_agg_index, AggValue, Counter, StateKey, KIND_HOLD, KIND_WAIT, LEAN_AGG_SLOTS, MODE_WRITE,
+    lean_agg_index, lean_thread_index, AggValue, Counter, LeanThread, LockTiming, StateKey,
+    KIND_HOLD, KIND_WAIT, LEAN_AGG_SLOTS, LEAN_THREAD_SLOTS, MODE_WRITE,
 };
 
 use crate::{
-    maps::{config, count},
+    maps::{config, count, LOCK_STATE},
     mmap_lock::{add_totals, decode, state_of, LockArgs},
     target::{Locker, NO_SLOT},
 };
@@ -19,6 +24,12 @@ use crate::{
 /// Waits and holds of the listed targets' own threads, by `lean_agg_index`.
 #[map]
 pub static LEAN_AGG: PerCpuArray<AggValue> = PerCpuArray::with_max_entries(LEAN_AGG_SLOTS, 0);
+
+/// The lean path's per-thread lock timing, by `lean_thread_index`. A LockState (in LOCK_STATE)
+/// spans seven cache lines and a hash lookup; with eight threads on two CPUs, each event found
+/// its lines cold, and the state cost more than the filter, the clock and the sums together.
+#[map]
+pub static LEAN_THREADS: Array<LeanThread> = Array::with_max_entries(LEAN_THREAD_SLOTS, 0);
 
 /// Whether the lean path takes this event: a listed target's own lock, in timing-only mode
 /// without per-thread rows. Outside lockers keep the general path: their entries name them.
@@ -35,15 +46,13 @@ pub fn on_lock_event(locker: &Locker, args: &LockArgs) {
         _pad: 0,
         mm: args.mm,
     };
-    let Some((state, first_seen)) = state_of(&key) else {
+    let Some((timing, first_seen)) = timing_of(&key) else {
         count(Counter::StateMapFull);
         return;
     };
-    let st = unsafe { &mut *state };
-    // No reset to idle afterwards: the lean path uses only the timestamps, which the state
-    // machine clears itself.
+    // No reset to idle afterwards: the timing clears itself.
     let event = decode(args);
-    let mut fx = st.step(event, unsafe { bpf_ktime_get_ns() });
+    let (mut fx, _) = timing.step(event, unsafe { bpf_ktime_get_ns() });
     if first_seen {
         fx = fx.seen_first(event);
     }
@@ -74,4 +83,27 @@ fn add(slot: usize, kind: u8, mode: u8, ns: u64) {
     if let Some(value) = LEAN_AGG.get_ptr_mut(lean_agg_index(slot, kind, mode)) {
         unsafe { (*value).add(ns) };
     }
+}
+
+/// The lock timing of `key`, and whether it was created just now (the thread's first event,
+/// or its first since another thread took its entry). Its LEAN_THREADS entry, taken over when
+/// the thread that had it is idle; in LOCK_STATE when that thread was mid-operation, and from
+/// then on (an operation begun there ends there: LOCK_STATE is looked at before taking an
+/// entry over).
+#[inline(always)]
+fn timing_of(key: &StateKey) -> Option<(&'static mut LockTiming, bool)> {
+    let entry = unsafe { &mut *LEAN_THREADS.get_ptr_mut(lean_thread_index(key.tid))? };
+    if entry.key.tid == key.tid && entry.key.mm == key.mm {
+        return Some((&mut entry.timing, false));
+    }
+    if let Some(state) = LOCK_STATE.get_ptr_mut(key) {
+        return Some((unsafe { &mut (*state).timing }, false));
+    }
+    if entry.timing.is_idle() {
+        entry.key = *key;
+        entry.timing.reset();
+        return Some((&mut entry.timing, true));
+    }
+    let (state, first_seen) = state_of(key)?;
+    Some((unsafe { &mut (*state).timing }, first_seen))
 }

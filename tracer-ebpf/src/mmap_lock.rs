@@ -211,20 +211,20 @@ fn on_lock_event<C: LockContext>(ctx: &C, args: LockArgs) -> Result<(), i64> {
 
     let attribute = cfg.attribution != 0;
     let faulting = attribute && is_start && faults::explains_lock(ctx, &locker);
-    let (held_since, held_mode) = (st.hold_start_ns, st.hold_mode);
-    let waiting_for_write = st.wait_start_ns != 0 && st.wait_mode == MODE_WRITE;
+    let (held_since, held_mode) = (st.timing.hold_start_ns, st.timing.hold_mode);
+    let waiting_for_write = st.timing.wait_start_ns != 0 && st.timing.wait_mode == MODE_WRITE;
     let now = unsafe { bpf_ktime_get_ns() };
     let mut effects = st.step(event, now);
     if first_seen {
         effects = effects.seen_first(event);
     }
 
-    if is_start && st.wait_start_ns == now {
+    if is_start && st.timing.wait_start_ns == now {
         // A new wait (not the fault path's lock after its failed trylock).
         if attribute && begin_attributed_wait(ctx, &locker, mm, st, now, faulting) {
             // The wait is timed from after the tracer's own work (microseconds of stack walks
             // and copying): what the thread spends waiting for the lock, not for the tracer.
-            st.wait_start_ns = unsafe { bpf_ktime_get_ns() };
+            st.timing.wait_start_ns = unsafe { bpf_ktime_get_ns() };
         }
     } else if faulting {
         st.fault = 1;
@@ -235,12 +235,17 @@ fn on_lock_event<C: LockContext>(ctx: &C, args: LockArgs) -> Result<(), i64> {
         // A writer whose wait ended without the lock (interrupted, trylock missed) leaves the
         // queue. Plain field tests rather than matching the Option effects: LLVM packs those
         // into code the verifier rejects here.
-        if waiting_for_write && st.wait_start_ns == 0 && st.hold_start_ns != now {
+        if waiting_for_write && st.timing.wait_start_ns == 0 && st.timing.hold_start_ns != now {
             blockers::abandon_wait(&locker, mm);
         }
         ended = blockers::track_holders(&locker, mm, held_since, held_mode, st);
         if locker.slot == NO_SLOT || locker.outside_pid != 0 {
-            track_holding_thread(locker.tid, mm, held_since != 0, st.hold_start_ns != 0);
+            track_holding_thread(
+                locker.tid,
+                mm,
+                held_since != 0,
+                st.timing.hold_start_ns != 0,
+            );
         }
         syscall = syscalls::charge(st, &effects);
     }
@@ -276,7 +281,7 @@ fn begin_attributed_wait<C: LockContext>(
     if faulting {
         faults::count_fault_lock();
     }
-    st.blockers = blockers::begin_wait(locker, mm, st.wait_mode == MODE_WRITE);
+    st.blockers = blockers::begin_wait(locker, mm, st.timing.wait_mode == MODE_WRITE);
     // Walk the stacks now, when this operation is expected to be long, rather than at acquire
     // or release, which run inside the critical section where every waiter pays for the walk.
     // A wait is expected long when it queued behind a hold that has already lasted the stack
@@ -378,7 +383,7 @@ fn apply<C: LockContext>(
         st.note_wait_length(reason.syscall, ns >= config().stack_threshold_ns);
         let waiter = agg_key(ctx, locker, KIND_WAIT, mode, ns, reason, false, st);
         timeline::emit(locker, &waiter, ns);
-        let last_use = fx.hold.is_none() && st.hold_start_ns == 0;
+        let last_use = fx.hold.is_none() && st.timing.hold_start_ns == 0;
         let share = EventShare::waited(fx.wait_contended_ns);
         user_stacks::send_event(ctx, locker, st, &waiter, ns, share, last_use);
         pending::defer_wait(st, waiter, ns, fx.wait_contended_ns);
@@ -391,7 +396,7 @@ fn apply<C: LockContext>(
         let hold = agg_key(ctx, locker, KIND_HOLD, mode, ns, reason, ended.blocked, st);
         timeline::emit(locker, &hold, ns);
         // A downgrade ends the write hold and begins a read hold: the copy serves that too.
-        let last_use = st.hold_start_ns == 0;
+        let last_use = st.timing.hold_start_ns == 0;
         user_stacks::send_event(ctx, locker, st, &hold, ns, EventShare::held(&off), last_use);
         if off.sleeping_ns > 0 {
             add_sleep(&hold, off.longest_sleep_stack, off.sleeping_ns);

@@ -73,7 +73,8 @@ fn holder_state(task: u64) -> Option<&'static mut LockState> {
         if is_target_mm(mm) {
             // Only a holder (or one switched out while holding): a waiter going to sleep in the
             // rwsem must not cost a stack walk.
-            return state(tid, mm).filter(|st| st.hold_start_ns != 0 || st.off_since_ns != 0);
+            return state(tid, mm)
+                .filter(|st| st.timing.hold_start_ns != 0 || st.off_since_ns != 0);
         }
     }
     let mm = *unsafe { TID_HOLDING.get(&tid) }?;

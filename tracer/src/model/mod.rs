@@ -18,7 +18,7 @@ use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 use tracer_common::{
-    AggKey, AggValue, BlockKey, BlockValue, Counter, HolderKey, ModeTotals, SleepKey,
+    AggKey, AggValue, BlockKey, BlockValue, Counter, HolderKey, LockTiming, ModeTotals, SleepKey,
     SyscallTotals, TimelineEvent, FAULT_SLOTS, MM_SYSCALLS, TOTALS_SLOTS,
 };
 
@@ -63,6 +63,14 @@ impl RawEntry {
 pub struct InFlight {
     pub waits: u64,
     pub holds: u64,
+}
+
+impl InFlight {
+    /// Counts the operation a thread's timing has open.
+    pub fn add(&mut self, timing: &LockTiming) {
+        self.waits += (timing.wait_start_ns != 0) as u64;
+        self.holds += (timing.hold_start_ns != 0) as u64;
+    }
 }
 
 /// Everything read from the kernel maps: at the end of a trace, or as a running snapshot.

@@ -31,13 +31,13 @@ struct BatchAttr {
     flags: u64,
 }
 
-/// Every entry of a hash map shared by all CPUs (not a per-CPU one: its values are laid out
-/// per CPU), `None` when the kernel has no batch operations for it (before 5.6), so that the
+/// Every entry of a hash map or array shared by all CPUs (not a per-CPU one: its values are
+/// laid out per CPU; an array's keys are its indices), `None` when the kernel has no batch operations for it (before 5.6), so that the
 /// caller falls back to iterating.
 pub fn lookup_all<K: Pod, V: Pod>(map: &Map) -> Result<Option<Vec<(K, V)>>> {
     let data = match map {
-        Map::HashMap(data) | Map::LruHashMap(data) => data,
-        _ => bail!("batched lookup of a map that is not a shared hash map"),
+        Map::HashMap(data) | Map::LruHashMap(data) | Map::Array(data) => data,
+        _ => bail!("batched lookup of a map that is not a shared hash map or array"),
     };
     lookup_all_in::<K, V>(data)
 }
@@ -46,7 +46,8 @@ fn lookup_all_in<K: Pod, V: Pod>(data: &MapData) -> Result<Option<Vec<(K, V)>>> 
     let fd = data.fd().as_fd().as_raw_fd();
     let mut keys = vec![std::mem::MaybeUninit::<K>::uninit(); CHUNK];
     let mut values = vec![std::mem::MaybeUninit::<V>::uninit(); CHUNK];
-    // The batch token of hash maps is a bucket index (u32); room for a key is more than enough.
+    // The batch token of hash maps is a bucket index (u32), of arrays an index; room for a key
+    // is more than enough.
     let token_len = std::mem::size_of::<K>().max(8);
     let (mut token_in, mut token_out) = (vec![0u8; token_len], vec![0u8; token_len]);
     let mut out = Vec::new();

@@ -1,11 +1,12 @@
 //! Reading the lean path's maps (`--lean` on listed targets): the per-CPU LEAN_AGG array, by
-//! target, kind and mode, which stands for the targets' own totals too.
+//! target, kind and mode, which stands for the targets' own totals too, and the operations
+//! its threads (LEAN_THREADS) have in flight.
 
 use anyhow::Result;
 use aya::maps::{MapData, PerCpuArray};
 use tracer_common::{
-    lean_agg_index, map_names, totals_index, AggKey, AggValue, ModeTotals, KIND_HOLD, KIND_WAIT,
-    MODE_READ, MODE_WRITE, NO_STACK, TOTALS_SLOTS,
+    lean_agg_index, map_names, totals_index, AggKey, AggValue, LeanThread, ModeTotals, KIND_HOLD,
+    KIND_WAIT, MODE_READ, MODE_WRITE, NO_STACK, TOTALS_SLOTS,
 };
 
 use super::{Family, Probes};
@@ -24,6 +25,15 @@ fn read(probes: &Probes, harvest: &mut Harvest) -> Result<()> {
     let lean = read_lean_entries(&super::map_ref(&probes.ebpf, map_names::LEAN_AGG)?, slots)?;
     add_lean_totals(&mut harvest.totals, &lean);
     harvest.entries.extend(lean);
+    // Beside those of LOCK_STATE, where a thread goes whose entry another thread has (read by
+    // the mmap_lock family first).
+    let threads: Vec<LeanThread> = super::read_shared_array(&probes.ebpf, map_names::LEAN_THREADS)?;
+    let mms = super::read_target_mms(&probes.ebpf)?;
+    super::mmap_lock::add_in_flight(
+        &mut harvest.in_flight,
+        threads.iter().map(|thread| (&thread.key, &thread.timing)),
+        &mms,
+    );
     Ok(())
 }
 

@@ -10,9 +10,8 @@ use aya::{
 };
 use std::collections::HashMap;
 
-use aya::maps::{HashMap as BpfHashMap, MapData};
 use tracer_common::{
-    map_names, program_names, AggKey, AggValue, Config, LockState, ModeTotals, StateKey,
+    map_names, program_names, AggKey, AggValue, Config, LockState, LockTiming, ModeTotals, StateKey,
 };
 
 use super::{Family, Probes};
@@ -59,24 +58,26 @@ fn read(probes: &Probes, harvest: &mut Harvest) -> Result<()> {
     harvest.totals =
         super::read_array(&super::map_ref(ebpf, map_names::TOTALS)?, ModeTotals::merge)?;
     let target_mms = super::read_target_mms(ebpf)?;
-    harvest.in_flight = read_in_flight(&super::map_ref(ebpf, map_names::LOCK_STATE)?, &target_mms);
+    let states = super::read_shared::<StateKey, LockState>(ebpf, map_names::LOCK_STATE)?;
+    harvest.in_flight = InFlight::default();
+    add_in_flight(
+        &mut harvest.in_flight,
+        states.iter().map(|(key, state)| (key, &state.timing)),
+        &target_mms,
+    );
     Ok(())
 }
 
-/// Waits and holds still open when tracing stopped: neither timed nor lost.
-fn read_in_flight(
-    map: &BpfHashMap<&MapData, StateKey, LockState>,
+/// Adds the waits and holds still open when tracing stopped, of the target mms: neither timed
+/// nor lost.
+pub(super) fn add_in_flight<'a>(
+    in_flight: &mut InFlight,
+    timings: impl Iterator<Item = (&'a StateKey, &'a LockTiming)>,
     mms: &HashMap<u64, u32>,
-) -> InFlight {
-    let mut in_flight = InFlight::default();
-    for (key, state) in map.iter().filter_map(|r| r.ok()) {
-        if !mms.contains_key(&key.mm) {
-            continue;
-        }
-        in_flight.waits += (state.wait_start_ns != 0) as u64;
-        in_flight.holds += (state.hold_start_ns != 0) as u64;
+) {
+    for (_, timing) in timings.filter(|(key, _)| mms.contains_key(&key.mm)) {
+        in_flight.add(timing);
     }
-    in_flight
 }
 
 /// The BTF programs written for the kernel's prototypes of the three trace calls, if any.

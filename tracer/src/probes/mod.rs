@@ -862,6 +862,22 @@ fn read_shared<K: Pod, V: Pod>(ebpf: &Ebpf, name: &str) -> Result<Vec<(K, V)>> {
         .collect()
 }
 
+/// Every value of the array `name`, shared by all CPUs, in index order.
+fn read_shared_array<V: Pod>(ebpf: &Ebpf, name: &str) -> Result<Vec<V>> {
+    let raw = ebpf
+        .map(name)
+        .ok_or_else(|| anyhow!("eBPF object has no map {name}"))?;
+    if let Some(all) =
+        batch::lookup_all::<u32, V>(raw).with_context(|| format!("reading {name}"))?
+    {
+        return Ok(all.into_iter().map(|(_, value)| value).collect());
+    }
+    let map: aya::maps::Array<&MapData, V> = map_ref(ebpf, name)?;
+    map.iter()
+        .map(|item| item.with_context(|| format!("reading {name}")))
+        .collect()
+}
+
 /// Every slot of a per-CPU array with its per-CPU values summed by `add`.
 fn read_array<V: Pod + Default + Copy, const N: usize>(
     map: &PerCpuArray<&MapData, V>,
