@@ -39,7 +39,7 @@ pub use holders::{
     Holders, LAST_HOLD, MAX_BLOCKERS, MAX_READERS, QUEUED,
 };
 pub use lock_state::{
-    Effects, LockEvent, LockState, LockTiming, OffCpu, PendingAgg, Transition,
+    Effects, LockEvent, LockState, LockTiming, OffCpu, PendingAgg, TimingHooks,
     MISS_CONTINUATION_NS, OFF_RUNNABLE, OFF_SLEEPING, OFF_UNINTERRUPTIBLE,
 };
 

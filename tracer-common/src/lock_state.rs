@@ -100,16 +100,32 @@ pub struct LockTiming {
     pub _pad: [u8; 5],
 }
 
-/// What a timing step did besides its effects, for the state built around it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Transition {
-    /// A new lock operation began (not a start continuing a trylock miss).
-    pub began_operation: bool,
-    /// A wait ended with an acquire in its own mode, taken or not.
-    pub wait_ended: bool,
-    /// A hold began: acquired, downgraded to read, or acquired after an unseen start.
-    pub hold_began: bool,
+/// What a state built on the timing keeps beside it, told of each transition where it happens
+/// (rather than from flags afterwards: re-branching on them after the step took 6.1's verifier
+/// past its million instructions on acquire_returned). The lean path keeps nothing: `()`.
+pub trait TimingHooks {
+    /// A new lock operation begins (not a start continuing a trylock miss).
+    #[inline(always)]
+    fn operation_begins(&mut self) {}
+    /// A start: any sleep of an earlier wait is over.
+    #[inline(always)]
+    fn wait_begins(&mut self) {}
+    /// A wait ends with an acquire in its own mode, taken or not; returns its sleeping part.
+    #[inline(always)]
+    fn wait_ends(&mut self, _now: u64) -> u64 {
+        0
+    }
+    /// A hold begins: acquired, downgraded to read, or acquired after an unseen start.
+    #[inline(always)]
+    fn hold_begins(&mut self) {}
+    /// The off-CPU parts of the hold that ends.
+    #[inline(always)]
+    fn hold_ends(&self) -> OffCpu {
+        OffCpu::ZERO
+    }
 }
+
+impl TimingHooks for () {}
 
 impl LockTiming {
     pub const ZERO: LockTiming = LockTiming {
@@ -138,24 +154,22 @@ impl LockTiming {
         self.hold_mode = 0;
     }
 
-    /// Advances the pairing by one event at time `now`: what to record, and what changed.
+    /// Advances the pairing by one event at time `now`: what to record.
     #[inline(always)]
-    pub fn step(&mut self, event: LockEvent, now: u64) -> (Effects, Transition) {
-        let mut done = Transition::default();
-        let fx = match event {
-            LockEvent::StartLocking { mode } => self.start_locking(mode, now, &mut done),
+    pub fn step<H: TimingHooks>(&mut self, event: LockEvent, now: u64, hooks: &mut H) -> Effects {
+        match event {
+            LockEvent::StartLocking { mode } => self.start_locking(mode, now, hooks),
             LockEvent::AcquireReturned {
                 mode,
                 success,
                 fatal_signal,
-            } => self.acquire_returned(mode, success, fatal_signal, now, &mut done),
-            LockEvent::Released { mode } => self.released(mode, now),
-        };
-        (fx, done)
+            } => self.acquire_returned(mode, success, fatal_signal, now, hooks),
+            LockEvent::Released { mode } => self.released(mode, now, hooks),
+        }
     }
 
     #[inline(always)]
-    fn start_locking(&mut self, mode: u8, now: u64, done: &mut Transition) -> Effects {
+    fn start_locking<H: TimingHooks>(&mut self, mode: u8, now: u64, hooks: &mut H) -> Effects {
         let mut fx = Effects::default();
         if self.hold_start_ns != 0 {
             // Our thread "still holds" it: its release went unseen (e.g. unlocked by another task).
@@ -170,34 +184,36 @@ impl LockTiming {
         self.wait_start_ns = if continues_miss {
             self.miss_wait_start_ns
         } else {
-            done.began_operation = true;
+            hooks.operation_begins();
             now
         };
+        hooks.wait_begins();
         self.wait_mode = mode;
         self.clear_miss();
         fx
     }
 
     #[inline(always)]
-    fn acquire_returned(
+    fn acquire_returned<H: TimingHooks>(
         &mut self,
         mode: u8,
         success: bool,
         fatal: bool,
         now: u64,
-        done: &mut Transition,
+        hooks: &mut H,
     ) -> Effects {
         let mut fx = Effects::default();
         if self.wait_start_ns == 0 {
             if success && mode == MODE_READ && self.holds(MODE_WRITE) {
                 fx.hold = Some((MODE_WRITE, now.wrapping_sub(self.hold_start_ns)));
+                fx.hold_offcpu = hooks.hold_ends();
                 fx.downgraded = true;
-                self.begin_hold(MODE_READ, now, done);
+                self.begin_hold(MODE_READ, now, hooks);
             } else {
                 fx.counter = Some(Counter::UnpairedAcquire);
                 // The acquisition time is still known, so the hold can be timed.
                 if success {
-                    self.begin_hold(mode, now, done);
+                    self.begin_hold(mode, now, hooks);
                 }
             }
             return fx;
@@ -207,15 +223,16 @@ impl LockTiming {
         if self.wait_mode != mode {
             fx.counter = Some(Counter::ModeMismatch);
             if success {
-                self.begin_hold(mode, now, done);
+                self.begin_hold(mode, now, hooks);
             }
             return fx;
         }
-        done.wait_ended = true;
+        let contended_ns = hooks.wait_ends(now);
         if success {
             fx.wait = Some((mode, now.wrapping_sub(wait_start)));
+            fx.wait_contended_ns = contended_ns;
             fx.acquired = Some(mode);
-            self.begin_hold(mode, now, done);
+            self.begin_hold(mode, now, hooks);
         } else if fatal {
             fx.interrupted = Some(mode);
             self.clear_miss();
@@ -229,7 +246,7 @@ impl LockTiming {
     }
 
     #[inline(always)]
-    fn released(&mut self, mode: u8, now: u64) -> Effects {
+    fn released<H: TimingHooks>(&mut self, mode: u8, now: u64, hooks: &mut H) -> Effects {
         let mut fx = Effects::default();
         if self.hold_start_ns == 0 {
             fx.counter = Some(Counter::UnpairedRelease);
@@ -237,6 +254,7 @@ impl LockTiming {
             fx.counter = Some(Counter::ModeMismatch);
         } else {
             fx.hold = Some((mode, now.wrapping_sub(self.hold_start_ns)));
+            fx.hold_offcpu = hooks.hold_ends();
         }
         self.hold_start_ns = 0;
         fx
@@ -248,10 +266,10 @@ impl LockTiming {
     }
 
     #[inline(always)]
-    fn begin_hold(&mut self, mode: u8, now: u64, done: &mut Transition) {
+    fn begin_hold<H: TimingHooks>(&mut self, mode: u8, now: u64, hooks: &mut H) {
         self.hold_start_ns = now;
         self.hold_mode = mode;
-        done.hold_began = true;
+        hooks.hold_begins();
     }
 
     /// Volatile: LLVM merges the two adjacent stores into a call of the BPF object's memset,
@@ -466,27 +484,12 @@ impl LockState {
     /// effects, with the parts of the wait spent asleep and of the hold spent off CPU.
     #[inline(always)]
     pub fn step(&mut self, event: LockEvent, now: u64) -> Effects {
-        let (mut fx, done) = self.timing.step(event, now);
-        if done.began_operation {
-            self.begin_operation();
-        }
-        if matches!(event, LockEvent::StartLocking { .. }) {
-            self.contended_since_ns = 0;
-        }
-        if done.wait_ended {
-            self.contention_end(now);
-        }
-        if fx.wait.is_some() {
-            fx.wait_contended_ns = self.contended_ns;
-        }
-        if fx.hold.is_some() {
-            fx.hold_offcpu = self.offcpu;
-        }
-        if done.hold_began {
-            self.offcpu = OffCpu::ZERO;
-            self.off_since_ns = 0;
-        }
-        fx
+        let state: *mut LockState = self;
+        // SAFETY: `state` is valid for the call, and the hooks (`AroundTiming`) reach only the
+        // fields beside `timing`, through the pointer: no reference to the whole state exists
+        // while `timing` is borrowed. (Stepping a copy of the timing instead took 6.18's
+        // verifier past its million instructions on start_locking.)
+        unsafe { (*state).timing.step(event, now, &mut AroundTiming(state)) }
     }
 
     /// lock:contention_begin for this lock: the waiter goes to sleep in the slow path.
@@ -500,10 +503,8 @@ impl LockState {
     /// lock:contention_end (or the acquisition itself): the sleep is over.
     #[inline(always)]
     pub fn contention_end(&mut self, now: u64) {
-        if self.contended_since_ns != 0 {
-            self.contended_ns += now.wrapping_sub(self.contended_since_ns);
-            self.contended_since_ns = 0;
-        }
+        // SAFETY: a valid state, borrowed whole.
+        unsafe { contention_end_at(self, now) }
     }
 
     /// sched_switch away from a thread: `kind` is OFF_RUNNABLE (preempted) or a sleep, `stack`
@@ -545,16 +546,80 @@ impl LockState {
     /// that predicts this one and the syscall time not yet handed over.
     #[inline(always)]
     fn begin_operation(&mut self) {
-        self.contended_ns = 0;
-        self.fault = 0;
-        self.user_copy_sampled = 0;
-        self.cause = 0;
-        self.start_kernel_stack = crate::NO_STACK;
-        self.start_user_stack = crate::NO_STACK;
-        self.user_copy_id = 0;
+        // SAFETY: a valid state, borrowed whole.
+        unsafe { begin_operation_at(self) }
+    }
+}
+
+/// LockState::begin_operation through a pointer, for the timing's hooks.
+///
+/// # Safety
+/// `s` is valid; only fields beside `timing` are touched.
+#[inline(always)]
+unsafe fn begin_operation_at(s: *mut LockState) {
+    unsafe {
+        (*s).contended_ns = 0;
+        (*s).fault = 0;
+        (*s).user_copy_sampled = 0;
+        (*s).cause = 0;
+        (*s).start_kernel_stack = crate::NO_STACK;
+        (*s).start_user_stack = crate::NO_STACK;
+        (*s).user_copy_id = 0;
         // Only the count and mask: refs past the count are never read.
-        self.blockers.count = 0;
-        self.blockers.write_mask = 0;
+        (*s).blockers.count = 0;
+        (*s).blockers.write_mask = 0;
+    }
+}
+
+/// LockState::contention_end through a pointer, for the timing's hooks.
+///
+/// # Safety
+/// `s` is valid; only fields beside `timing` are touched.
+#[inline(always)]
+unsafe fn contention_end_at(s: *mut LockState, now: u64) {
+    unsafe {
+        if (*s).contended_since_ns != 0 {
+            (*s).contended_ns += now.wrapping_sub((*s).contended_since_ns);
+            (*s).contended_since_ns = 0;
+        }
+    }
+}
+
+/// The contention, off-CPU and per-operation parts of a LockState, which its timing's steps
+/// update: a pointer to the state whose `timing` is being stepped (see LockState::step).
+struct AroundTiming(*mut LockState);
+
+impl TimingHooks for AroundTiming {
+    #[inline(always)]
+    fn operation_begins(&mut self) {
+        // SAFETY (all five): see LockState::step; no reference to the whole state is made.
+        unsafe { begin_operation_at(self.0) }
+    }
+
+    #[inline(always)]
+    fn wait_begins(&mut self) {
+        unsafe { (*self.0).contended_since_ns = 0 }
+    }
+
+    #[inline(always)]
+    fn wait_ends(&mut self, now: u64) -> u64 {
+        unsafe {
+            contention_end_at(self.0, now);
+            (*self.0).contended_ns
+        }
+    }
+
+    #[inline(always)]
+    fn hold_begins(&mut self) {
+        unsafe {
+            (*self.0).offcpu = OffCpu::ZERO;
+            (*self.0).off_since_ns = 0;
+        }
+    }
+
+    #[inline(always)]
+    fn hold_ends(&self) -> OffCpu {
+        unsafe { (*self.0).offcpu }
     }
 }
 
@@ -593,31 +658,54 @@ mod tests {
         (s, out)
     }
 
-    /// What each step of the bare timing (the lean path's whole state) tells the state built
-    /// on it: a new operation only where a start does not continue a miss, the end of a wait
-    /// only on an acquire of its own mode, the beginning of a hold on every acquisition.
+    /// Which hooks one step called: (operation_begins, wait_ends, hold_begins).
+    #[derive(Default)]
+    struct Calls(u32, u32, u32);
+
+    impl TimingHooks for Calls {
+        fn operation_begins(&mut self) {
+            self.0 += 1;
+        }
+        fn wait_ends(&mut self, _now: u64) -> u64 {
+            self.1 += 1;
+            0
+        }
+        fn hold_begins(&mut self) {
+            self.2 += 1;
+        }
+    }
+
+    /// What the bare timing (the lean path's whole state) tells the state built on it: a new
+    /// operation only where a start does not continue a miss, the end of a wait only on an
+    /// acquire of its own mode, the beginning of a hold on every acquisition.
     #[test]
     fn the_timing_says_where_operations_waits_and_holds_begin_and_end() {
         let mut t = LockTiming::ZERO;
-        let step = |t: &mut LockTiming, e, now| t.step(e, now).1;
-        let fresh = step(&mut t, StartLocking { mode: R }, 100);
-        assert!(fresh.began_operation && !fresh.wait_ended && !fresh.hold_began);
-        let miss = step(&mut t, missed(R), 110);
-        assert!(miss.wait_ended && !miss.hold_began);
-        let retry = step(&mut t, StartLocking { mode: R }, 120);
-        assert!(!retry.began_operation, "continues the miss");
-        let got = step(&mut t, acquired(R), 130);
-        assert!(got.wait_ended && got.hold_began && !got.began_operation);
-        assert_eq!(step(&mut t, Released { mode: R }, 140), Transition::default());
-        step(&mut t, StartLocking { mode: W }, 200);
-        let wrong_mode = step(&mut t, acquired(R), 210);
-        assert!(!wrong_mode.wait_ended && wrong_mode.hold_began);
-        step(&mut t, Released { mode: R }, 220);
-        step(&mut t, StartLocking { mode: W }, 300);
-        step(&mut t, acquired(W), 310);
-        let downgrade = step(&mut t, acquired(R), 320);
-        assert!(downgrade.hold_began && !downgrade.wait_ended);
-        step(&mut t, Released { mode: R }, 330);
+        let mut step = |e, now| {
+            let mut calls = Calls::default();
+            t.step(e, now, &mut calls);
+            (calls.0, calls.1, calls.2)
+        };
+        assert_eq!(step(StartLocking { mode: R }, 100), (1, 0, 0));
+        assert_eq!(step(missed(R), 110), (0, 1, 0));
+        assert_eq!(
+            step(StartLocking { mode: R }, 120),
+            (0, 0, 0),
+            "continues the miss"
+        );
+        assert_eq!(step(acquired(R), 130), (0, 1, 1));
+        assert_eq!(step(Released { mode: R }, 140), (0, 0, 0));
+        assert_eq!(step(StartLocking { mode: W }, 200), (1, 0, 0));
+        assert_eq!(
+            step(acquired(R), 210),
+            (0, 0, 1),
+            "the wrong mode ends no wait"
+        );
+        assert_eq!(step(Released { mode: R }, 220), (0, 0, 0));
+        step(StartLocking { mode: W }, 300);
+        step(acquired(W), 310);
+        assert_eq!(step(acquired(R), 320), (0, 0, 1), "a downgrade");
+        step(Released { mode: R }, 330);
         assert!(t.is_idle());
     }
 

@@ -52,7 +52,7 @@ pub fn on_lock_event(locker: &Locker, args: &LockArgs) {
     };
     // No reset to idle afterwards: the timing clears itself.
     let event = decode(args);
-    let (mut fx, _) = timing.step(event, unsafe { bpf_ktime_get_ns() });
+    let mut fx = timing.step(event, unsafe { bpf_ktime_get_ns() }, &mut ());
     if first_seen {
         fx = fx.seen_first(event);
     }
