@@ -29,11 +29,21 @@ pub struct Config {
     pub syscalls: SyscallsConfig,
     /// Waits and holds at least this long get kernel and user stacks.
     pub stack_threshold_ns: u64,
+    // tracer_tgid, per_thread, attribution and target_slots are read by every lock event's
+    // program, before anything else: side by side, they are one cache line to miss, not three.
     /// The tracer's own tgid: its events are ignored except to discover a target's mm.
     pub tracer_tgid: u32,
     /// Non-zero: key aggregation by thread id.
     /// 0, PER_THREAD_ALWAYS or PER_THREAD_WHILE_ROOM.
     pub per_thread: u32,
+    /// Non-zero: attribute waits and holds (fault and syscall causes, the holders waited
+    /// behind, the holding thread for the off-CPU split). 0 is the timing-only mode (`--lean`):
+    /// the verifier prunes all of it from the lock programs.
+    pub attribution: u32,
+    /// Non-zero: at most FAST_TARGETS listed targets (no `-a`), found through the TARGET_SLOTS
+    /// array instead of a hash lookup; with `--lean` and no per-thread rows, aggregated in the
+    /// LEAN_AGG array per target, kind and mode.
+    pub target_slots: u32,
     /// Non-zero: take user stacks too.
     pub user_stacks: u32,
     /// Non-zero: trace every user process's mm (`-a`), learning each mm's owner as it locks
@@ -48,14 +58,6 @@ pub struct Config {
     /// buffer that user space drains in that time, so that a busy target is sampled rather than
     /// filling the ring. (Beside the other copy settings it would move every field after it.)
     pub user_stack_budget: u32,
-    /// Non-zero: attribute waits and holds (fault and syscall causes, the holders waited
-    /// behind, the holding thread for the off-CPU split). 0 is the timing-only mode (`--lean`):
-    /// the verifier prunes all of it from the lock programs.
-    pub attribution: u32,
-    /// Non-zero: at most FAST_TARGETS listed targets (no `-a`), found through the TARGET_SLOTS
-    /// array instead of a hash lookup; with `--lean` and no per-thread rows, aggregated in the
-    /// LEAN_AGG array per target, kind and mode.
-    pub target_slots: u32,
     pub _pad: u32,
     /// Waits and holds at least this long get their stacks walked when they end, inside the
     /// critical section (every waiter pays for that walk) if they were not walked at
@@ -109,7 +111,9 @@ mod tests {
         );
         assert_eq!(core::mem::align_of::<Config>(), 8);
         assert_eq!(core::mem::offset_of!(Config, stack_threshold_ns), 104);
-        assert_eq!(core::mem::offset_of!(Config, system_wide), 124);
-        assert_eq!(core::mem::offset_of!(Config, timeline_threshold_ns), 128);
+        assert_eq!(core::mem::offset_of!(Config, tracer_tgid), 112);
+        assert_eq!(core::mem::offset_of!(Config, target_slots), 124);
+        assert_eq!(core::mem::offset_of!(Config, system_wide), 132);
+        assert_eq!(core::mem::offset_of!(Config, timeline_threshold_ns), 136);
     }
 }

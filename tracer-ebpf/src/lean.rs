@@ -16,7 +16,7 @@ use tracer_common::{
 };
 
 use crate::{
-    maps::{config, count, LOCK_STATE},
+    maps::{config, count, BPF_F_MMAPABLE, LOCK_STATE},
     mmap_lock::{add_totals, decode, state_of, LockArgs},
     target::{Locker, NO_SLOT},
 };
@@ -28,8 +28,10 @@ pub static LEAN_AGG: PerCpuArray<AggValue> = PerCpuArray::with_max_entries(LEAN_
 /// The lean path's per-thread lock timing, by `lean_thread_index`. A LockState (in LOCK_STATE)
 /// spans seven cache lines and a hash lookup; with eight threads on two CPUs, each event found
 /// its lines cold, and the state cost more than the filter, the clock and the sums together.
+/// Page-aligned, each entry is one cache line.
 #[map]
-pub static LEAN_THREADS: Array<LeanThread> = Array::with_max_entries(LEAN_THREAD_SLOTS, 0);
+pub static LEAN_THREADS: Array<LeanThread> =
+    Array::with_max_entries(LEAN_THREAD_SLOTS, BPF_F_MMAPABLE);
 
 /// Whether the lean path takes this event: a listed target's own lock, in timing-only mode
 /// without per-thread rows. Outside lockers keep the general path: their entries name them.

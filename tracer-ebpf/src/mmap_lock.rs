@@ -141,7 +141,7 @@ fn classic(ctx: &TracePointContext, hook: Hook) {
 /// limit of a million instructions.
 #[inline(always)]
 fn flush_before_start(args: &LockArgs) {
-    if args.hook == Hook::StartLocking && armed() && config().attribution != 0 {
+    if args.hook == Hook::StartLocking && config().attribution != 0 && armed() {
         pending::flush_thread(&StateKey {
             tid: bpf_get_current_pid_tgid() as u32,
             _pad: 0,

@@ -15,7 +15,7 @@ use tracer_common::{
     Config, Counter, FastTargets, StateKey, EXITED_LIFETIME_NS, EXITED_THREADS, FAST_TARGETS,
 };
 
-use crate::maps::{add_to, armed, config, count, TRACE_START};
+use crate::maps::{add_to, armed, config, count, BPF_F_MMAPABLE, TRACE_START};
 use crate::pending;
 
 /// Target tgids given on the command line (value unused).
@@ -57,9 +57,10 @@ pub struct Locker {
 /// The listed targets, when there are at most FAST_TARGETS of them (`Config::target_slots`):
 /// slot i is target `pids[i]` (0: free), whose mm is `mms[i]` once learnt. Looking through
 /// them is a few compares in an array the verifier inlines, instead of a hash lookup on every
-/// lock event of every process on the machine.
+/// lock event of every process on the machine. Page-aligned, the pids and the first four mms
+/// share one cache line.
 #[map]
-pub static TARGET_SLOTS: Array<FastTargets> = Array::with_max_entries(1, 0);
+pub static TARGET_SLOTS: Array<FastTargets> = Array::with_max_entries(1, BPF_F_MMAPABLE);
 
 pub const NO_SLOT: usize = FAST_TARGETS;
 
