@@ -31,15 +31,18 @@ unsafe impl aya::Pod for FastTargets {}
 pub const LEAN_THREAD_SLOTS: u32 = 4096;
 
 /// A LEAN_THREADS entry: the lock timing of the (thread, mm) that holds it, 64 bytes, so that
-/// each event of the lean path touches one cache line of state. Found by index, not by hash:
-/// the lean path looks in LOCK_STATE only when two live threads share an index.
+/// each event of the lean path touches one cache line of state. Found by index, not by hash.
+/// A thread keeps its entry until it exits; a thread whose index is taken keeps its timing in
+/// LOCK_STATE.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LeanThread {
-    /// tid 0: never used.
+    /// tid 0: free.
     pub key: StateKey,
     pub timing: LockTiming,
-    pub _pad: u64,
+    /// Atomic adds of the threads that found the entry free and tried to take it: the one
+    /// whose add made it 1 took it (reset to 0 when the entry is freed).
+    pub claims: u64,
 }
 
 #[inline(always)]

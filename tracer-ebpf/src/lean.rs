@@ -16,7 +16,7 @@ use tracer_common::{
 };
 
 use crate::{
-    maps::{config, count, BPF_F_MMAPABLE, LOCK_STATE},
+    maps::{atomic_add, config, count, BPF_F_MMAPABLE, LOCK_STATE},
     mmap_lock::{add_totals, decode, state_of, LockArgs},
     target::{Locker, NO_SLOT},
 };
@@ -87,11 +87,11 @@ fn add(slot: usize, kind: u8, mode: u8, ns: u64) {
     }
 }
 
-/// The lock timing of `key`, and whether it was created just now (the thread's first event,
-/// or its first since another thread took its entry). Its LEAN_THREADS entry, taken over when
-/// the thread that had it is idle; in LOCK_STATE when that thread was mid-operation, and from
-/// then on (an operation begun there ends there: LOCK_STATE is looked at before taking an
-/// entry over).
+/// The lock timing of `key`, and whether it was created just now (the thread's first event, or
+/// its first on a new mm). Its LEAN_THREADS entry when it has it or can take it; else, and for
+/// an operation already begun there, in LOCK_STATE. An entry changes hands only when its thread
+/// exits (`forget_thread`): two live threads at one index, both running, each stepping the
+/// other's timing, would pair one's start with the other's release.
 #[inline(always)]
 fn timing_of(key: &StateKey) -> Option<(&'static mut LockTiming, bool)> {
     let entry = unsafe { &mut *LEAN_THREADS.get_ptr_mut(lean_thread_index(key.tid))? };
@@ -101,11 +101,35 @@ fn timing_of(key: &StateKey) -> Option<(&'static mut LockTiming, bool)> {
     if let Some(state) = LOCK_STATE.get_ptr_mut(key) {
         return Some((unsafe { &mut (*state).timing }, false));
     }
-    if entry.timing.is_idle() {
+    let own_idle = entry.key.tid == key.tid && entry.timing.is_idle();
+    if own_idle || (entry.key.tid == 0 && claim(entry)) {
         entry.key = *key;
         entry.timing.reset();
         return Some((&mut entry.timing, true));
     }
     let (state, first_seen) = state_of(key)?;
     Some((unsafe { &mut (*state).timing }, first_seen))
+}
+
+/// Takes a free entry unless another thread is taking it at the same time. Without a
+/// compare-and-swap (the object is built for BPF v1), an atomic add and a read of the sum:
+/// the adds to one word are ordered, so at most one thread reads back 1.
+#[inline(always)]
+fn claim(entry: &mut LeanThread) -> bool {
+    atomic_add(&mut entry.claims, 1);
+    unsafe { core::ptr::read_volatile(&entry.claims) == 1 }
+}
+
+/// An exiting thread frees its entry for the next thread at its index.
+#[inline(always)]
+pub fn forget_thread(tid: u32) {
+    let Some(entry) = LEAN_THREADS.get_ptr_mut(lean_thread_index(tid)) else {
+        return;
+    };
+    let entry = unsafe { &mut *entry };
+    if entry.key.tid == tid {
+        entry.timing.reset();
+        entry.claims = 0;
+        unsafe { core::ptr::write_volatile(&mut entry.key.tid, 0) };
+    }
 }

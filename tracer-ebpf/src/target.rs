@@ -363,7 +363,8 @@ pub fn fatal_signal_pending() -> bool {
 /// `active_mm` still names the mm it left.
 ///
 /// Every exiting target thread also adds the time it lived inside the trace to THREAD_EXITS:
-/// the thread time that wait shares are measured against comes from real lifetimes.
+/// the thread time that wait shares are measured against comes from real lifetimes. Every
+/// exiting thread frees its LEAN_THREADS entry.
 #[btf_tracepoint(function = "sched_process_exit")]
 pub fn sched_process_exit(_ctx: BtfTracePointContext) -> i32 {
     let cfg = config();
@@ -373,6 +374,7 @@ pub fn sched_process_exit(_ctx: BtfTracePointContext) -> i32 {
         return 0;
     };
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    crate::lean::forget_thread(bpf_get_current_pid_tgid() as u32);
     let owns_target_mm = unsafe { TARGET_MMS.get(&mm) }.is_some_and(|owner| *owner == tgid);
     if armed() && tgid != cfg.tracer_tgid && (owns_target_mm || is_listed_target(tgid)) {
         add_lifetime(task, cfg);

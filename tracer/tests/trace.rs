@@ -179,6 +179,71 @@ fn classic_tracepoints_time_the_known_hold() {
     assert_eq!(report["features"]["lock_tracepoints"], "classic");
 }
 
+/// --lean keeps each thread's timing at index tid % LEAN_THREAD_SLOTS. A reader whose thread
+/// id shares the mprotect caller's index waits behind each mprotect while the caller holds the
+/// lock: neither may take the other's timing (the one that comes second keeps its own in the
+/// general state map), so the reader's waits are as long as the holds, and nothing is
+/// unpaired. Taking the entry over whatever its state loses those waits and
+/// counts began_before_attach.
+#[test]
+fn lean_threads_at_one_index_keep_their_own_timing() {
+    if !bpf_available("lean_threads_at_one_index_keep_their_own_timing") {
+        return;
+    }
+    let _serial = serial();
+    let modulo = tracer_common::LEAN_THREAD_SLOTS.to_string();
+    let (result, workload_out) = trace_workload(
+        &[
+            "hold",
+            "--size-mib",
+            "256",
+            "--repeat",
+            "3",
+            "--readers",
+            "1",
+            "--reader-tid-modulo",
+            &modulo,
+        ],
+        &["--lean", "--format", "json"],
+    );
+    let reader = value_of(&workload_out, "colliding_reader_tid");
+    let writer = value_of(&workload_out, "writer_tid");
+    assert_ne!(reader, writer);
+    assert_eq!(
+        reader % u64::from(tracer_common::LEAN_THREAD_SLOTS),
+        writer % u64::from(tracer_common::LEAN_THREAD_SLOTS)
+    );
+    let report = json(&result.stdout);
+    let measured = value_of(&workload_out, "max_mprotect_ns") as f64;
+    let totals = &report["totals"];
+    let max_hold = totals["write"]["max_hold_ns"].as_u64().unwrap() as f64;
+    // Only the upper bound: beside a reader on two CPUs, the mprotect is often preempted
+    // outside the lock, or waits for a reader preempted inside it.
+    let upper = if common::slowdown() > 1 {
+        f64::INFINITY // see trace_known_hold
+    } else {
+        measured * 1.02
+    };
+    assert!(
+        max_hold <= upper,
+        "max write hold {max_hold} ns is longer than the longest mprotect, {measured} ns"
+    );
+    // The reader calls mincore() all along, so it queues behind the longest hold soon after
+    // the hold begins.
+    let max_read_wait = totals["read"]["max_wait_ns"].as_u64().unwrap() as f64;
+    assert!(
+        max_read_wait >= max_hold * 0.5,
+        "the reader's longest wait, {max_read_wait} ns, is not behind the {max_hold} ns hold"
+    );
+    let lost: Vec<(&String, &Value)> = report["lost"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(_, n)| n.as_u64() != Some(0))
+        .collect();
+    assert!(lost.is_empty(), "lost or unpaired: {lost:?}");
+}
+
 /// --lean keeps the timing exact and takes nothing else: no optional program, no stacks.
 #[test]
 fn lean_mode_times_the_known_hold_without_stacks_or_attribution() {

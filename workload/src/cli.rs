@@ -164,6 +164,12 @@ pub struct HoldArgs {
     /// Threads calling mincore() (a read of mmap_lock) in a loop while the mprotect() calls run.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub readers: u32,
+
+    /// Run the first reader on a thread whose id equals the main thread's (the mprotect
+    /// caller's) modulo M: threads are spawned and dropped until one has such an id. A tracer
+    /// that keeps per-thread state at index tid % M sees both at one index.
+    #[arg(long, value_name = "M", requires = "readers", value_parser = clap::value_parser!(u32).range(2..))]
+    pub reader_tid_modulo: Option<u32>,
 }
 
 #[derive(Debug, Args)]

@@ -49,8 +49,9 @@ fn hold_beside_readers(
 ) -> Result<(u64, u64)> {
     let stop = AtomicBool::new(false);
     let running = AtomicU32::new(0);
+    let colliding_reader = AtomicU32::new(0);
     thread::scope(|scope| {
-        let readers = spawn_readers(scope, args.readers, &running, &stop)
+        let readers = spawn_readers(scope, args, &colliding_reader, &running, &stop, out)
             .inspect_err(|_| stop.store(true, Ordering::Relaxed))?;
         wait_for_readers(args.readers, &running, &stop);
         let longest = hold_rounds(region, args, out);
@@ -76,17 +77,68 @@ fn hold_rounds(region: &Region, args: &HoldArgs, out: &mut dyn Write) -> Result<
 
 fn spawn_readers<'scope, 'env>(
     scope: &'scope Scope<'scope, 'env>,
-    readers: u32,
+    args: &HoldArgs,
+    colliding_reader: &'env AtomicU32,
     running: &'env AtomicU32,
     stop: &'env AtomicBool,
+    out: &mut dyn Write,
 ) -> Result<Vec<Handle<'scope, u64>>> {
-    (0..readers)
-        .map(|index| {
-            spawn_named(scope, format!("reader-{index}"), move || {
-                read_lock_loop(running, stop).inspect_err(|_| stop.store(true, Ordering::Relaxed))
-            })
-        })
-        .collect()
+    let mut readers = Vec::new();
+    if let Some(modulo) = args.reader_tid_modulo {
+        let (reader, tid) =
+            spawn_reader_at_tid_modulo(scope, modulo, colliding_reader, running, stop)?;
+        emit(out, format_args!("writer_tid={}", gettid()))?;
+        emit(out, format_args!("colliding_reader_tid={tid}"))?;
+        readers.push(reader);
+    }
+    for index in readers.len() as u32..args.readers {
+        readers.push(spawn_named(scope, format!("reader-{index}"), move || {
+            read_lock_loop(running, stop).inspect_err(|_| stop.store(true, Ordering::Relaxed))
+        })?);
+    }
+    Ok(readers)
+}
+
+/// Spawns threads until one's id equals the calling thread's modulo `modulo`: that one goes on
+/// as reader 0, the others exit at once. Returns it and its id. Thread ids are handed out in
+/// sequence, so this takes about `modulo` spawns; it gives up after four rounds of them (other
+/// processes' forks may take the id). `matched` (0 before) receives the reader's id.
+fn spawn_reader_at_tid_modulo<'scope, 'env>(
+    scope: &'scope Scope<'scope, 'env>,
+    modulo: u32,
+    matched: &'env AtomicU32,
+    running: &'env AtomicU32,
+    stop: &'env AtomicBool,
+) -> Result<(Handle<'scope, u64>, u32)> {
+    let wanted = gettid() % modulo;
+    for _ in 0..4 * modulo {
+        let candidate = spawn_named(scope, "reader-0".into(), move || {
+            let tid = gettid();
+            if tid % modulo != wanted {
+                return Ok(0);
+            }
+            matched.store(tid, Ordering::Release);
+            read_lock_loop(running, stop).inspect_err(|_| stop.store(true, Ordering::Relaxed))
+        })?;
+        while !candidate.is_finished() && matched.load(Ordering::Acquire) == 0 {
+            thread::yield_now();
+        }
+        match matched.load(Ordering::Acquire) {
+            0 => {
+                join_named(candidate)?;
+            }
+            tid => return Ok((candidate, tid)),
+        }
+    }
+    bail!(
+        "no thread got an id equal to {wanted} modulo {modulo} in {} spawns",
+        4 * modulo
+    )
+}
+
+fn gettid() -> u32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() as u32 }
 }
 
 /// Returns once every reader is in its loop (or one has failed and raised `stop`), so that the
@@ -190,6 +242,7 @@ mod tests {
             repeat: 2,
             gap_ms: 1,
             readers,
+            reader_tid_modulo: None,
         }
     }
 
@@ -197,6 +250,22 @@ mod tests {
         let mut output = Vec::new();
         run(args, &mut output).expect("hold runs");
         lines(&output)
+    }
+
+    #[test]
+    fn the_colliding_reader_shares_the_writers_tid_modulo() {
+        let lines = output_lines(&HoldArgs {
+            reader_tid_modulo: Some(64),
+            ..args(2)
+        });
+        let value = |key: &str| {
+            let line = lines.iter().find(|l| l.starts_with(&format!("{key}=")));
+            field(line.unwrap_or_else(|| panic!("no {key} in {lines:?}")), key)
+        };
+        let (writer, reader) = (value("writer_tid"), value("colliding_reader_tid"));
+        assert_ne!(writer, reader);
+        assert_eq!(writer % 64, reader % 64, "{lines:?}");
+        assert!(value("reader_calls") > 0, "{lines:?}");
     }
 
     #[test]
