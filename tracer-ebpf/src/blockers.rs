@@ -129,16 +129,20 @@ pub fn charge(waiter: &AggKey, blockers: &Blockers, wait_ns: u64) {
         return;
     }
     let share = wait_ns / n as u64;
+    // One key on the stack for all the holders: flush_wait's frame, with the lock program's
+    // below it, must stay within 6.1's 512 bytes (each frame rounded up to 32).
+    let mut key = BlockKey {
+        waiter: *waiter,
+        holder: HolderKey::default(),
+    };
     for i in 0..MAX_BLOCKERS {
         if i >= n {
             break;
         }
         let (hold, mode) = blockers.charged_hold(i);
-        let key = BlockKey {
-            waiter: *waiter,
-            holder: holder_key(hold, mode),
-        };
-        if let Some(v) = block_value(key) {
+        key.waiter.tid = waiter.tid;
+        key.holder = holder_key(hold, mode);
+        if let Some(v) = block_value(&mut key) {
             unsafe {
                 atomic_add(addr_of_mut!((*v).count), 1);
                 atomic_add(addr_of_mut!((*v).wait_ns), share);
@@ -151,8 +155,8 @@ pub fn charge(waiter: &AggKey, blockers: &Blockers, wait_ns: u64) {
 /// thread ids (holder's and waiter's, unless per-thread rows were asked for): a key that the
 /// same stacks share from then on, whatever the thread.
 #[inline(always)]
-fn block_value(mut key: BlockKey) -> Option<*mut BlockValue> {
-    if let Some(value) = BLOCKED.get_ptr_mut(&key) {
+fn block_value(key: &mut BlockKey) -> Option<*mut BlockValue> {
+    if let Some(value) = BLOCKED.get_ptr_mut(&*key) {
         return Some(value);
     }
     if !keeps_thread(KEYS_BLOCKED) {
@@ -162,13 +166,13 @@ fn block_value(mut key: BlockKey) -> Option<*mut BlockValue> {
         if key.waiter.locker_pid == 0 {
             key.waiter.tid = 0;
         }
-        if let Some(value) = BLOCKED.get_ptr_mut(&key) {
+        if let Some(value) = BLOCKED.get_ptr_mut(&*key) {
             return Some(value);
         }
     }
     let value = slot_of(
         &BLOCKED,
-        &key,
+        key,
         &BlockValue::ZERO,
         FULL_BLOCKED,
         Counter::BlockedMapFull,

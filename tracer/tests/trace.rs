@@ -228,12 +228,23 @@ fn lean_threads_at_one_index_keep_their_own_timing() {
         max_hold <= upper,
         "max write hold {max_hold} ns is longer than the longest mprotect, {measured} ns"
     );
-    // The reader calls mincore() all along, so it queues behind the longest hold soon after
-    // the hold begins.
+    // The reader calls mincore() all along, so it queues behind each mprotect soon after the
+    // call takes the lock: its longest wait is a good part of the shortest call (a call can
+    // also wait for the reader, preempted inside its hold: 0.3 of it here; under emulation,
+    // where the reader may not run again until a tick into the hold, a tenth). Losing waits
+    // to the other thread's timing left them under a twentieth.
+    let shortest = workload_out
+        .lines()
+        .filter_map(|l| l.strip_prefix("mprotect_ns="))
+        .map(|v| v.parse::<u64>().unwrap())
+        .min()
+        .unwrap() as f64;
+    let share = if common::slowdown() > 1 { 0.1 } else { 0.3 };
     let max_read_wait = totals["read"]["max_wait_ns"].as_u64().unwrap() as f64;
     assert!(
-        max_read_wait >= max_hold * 0.5,
-        "the reader's longest wait, {max_read_wait} ns, is not behind the {max_hold} ns hold"
+        max_read_wait >= shortest * share,
+        "the reader's longest wait, {max_read_wait} ns, is not behind the mprotects \
+         (the shortest: {shortest} ns)"
     );
     let lost: Vec<(&String, &Value)> = report["lost"]
         .as_object()
