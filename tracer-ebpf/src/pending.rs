@@ -104,8 +104,8 @@ fn flush_wait(st: &mut LockState) {
     st.blockers.count = 0;
 }
 
-/// Reads the pending hold in place, as `flush_wait` does: a copy of it on the stack took the
-/// chain acquire_returned -> flush_hold to 544 bytes on 6.1's verifier.
+/// Reads the pending hold in place, as `flush_wait` does: a copy of it doubled the frame this
+/// call adds to acquire_returned's, which 6.1's verifier holds to 512 bytes together.
 #[inline(never)]
 fn flush_hold(hold: &mut PendingAgg) {
     let (ns, parts) = (hold.ns, hold.parts);
