@@ -82,7 +82,14 @@ pub fn for_tests() -> Result<()> {
 /// decompressors of Debian's module files.
 pub fn for_vm() -> Result<()> {
     let mut setup = packages_only();
-    for package in ["qemu-system-x86", "busybox-static", "xz-utils", "zstd"] {
+    // e2fsprogs: mkfs.ext4 for the guests' scratch disk.
+    for package in [
+        "qemu-system-x86",
+        "busybox-static",
+        "xz-utils",
+        "zstd",
+        "e2fsprogs",
+    ] {
         setup.ensure_apt_package(package)?;
     }
     Ok(())

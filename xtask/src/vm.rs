@@ -57,9 +57,28 @@ impl Kernel {
 /// What the guest's console prints around the command's output.
 const UP_MARK: &str = "mmapsem-vm: up";
 const STATUS_MARK: &str = "mmapsem-vm: exit status ";
-/// Modules that mount the host's root over virtio 9p with an overlay on it, leaves first
-/// where they depend on each other (their dependencies are added from their modinfo).
-const MODULES: [&str; 5] = ["virtio_pci", "9pnet_virtio", "9p", "overlay", "virtio_rng"];
+/// Modules that mount the host's root over virtio 9p with an overlay on it, the scratch disk
+/// (virtio_blk, ext4 and the crc32c its checksums ask the crypto API for, which no modprobe
+/// would load here) and the dummy interface that gives the guest an address beyond loopback,
+/// leaves first where they depend on each other (their dependencies are added from their
+/// modinfo).
+const MODULES: [&str; 9] = [
+    "virtio_pci",
+    "9pnet_virtio",
+    "9p",
+    "overlay",
+    "virtio_rng",
+    "virtio_blk",
+    "crc32c_generic",
+    "ext4",
+    "dummy",
+];
+/// The guest's scratch disk, in MiB: an ext4 file system at `SCRATCH_MOUNT` and the tests'
+/// TMPDIR, so that their files live on a disk as on a real machine. On the overlay's tmpfs a
+/// shared file mapping has no backing store to page out to and fault back from, and reading
+/// such a page of another process through /proc/PID/mem after dropping it failed with EIO.
+const SCRATCH_MIB: u64 = 3 * 1024;
+const SCRATCH_MOUNT: &str = "/scratch";
 /// About how many times slower a TCG guest runs than the host (a tracer's load: 0.8 s on the
 /// host, 8 s in the guest).
 const TCG_SLOWDOWN: u32 = 10;
@@ -118,7 +137,16 @@ impl Prepared {
         let script = guest_script(command, &env);
         let initramfs = self.dir.join("initramfs.cpio");
         build_initramfs(&self.tree, &script, &initramfs)?;
-        let run = boot(&self.tree, &initramfs, self.accel, timeout, Some(on_line))?;
+        let scratch = self.dir.join("scratch.img");
+        make_scratch_disk(&scratch)?;
+        let run = boot(
+            &self.tree,
+            &initramfs,
+            Some(&scratch),
+            self.accel,
+            timeout,
+            Some(on_line),
+        )?;
         run.status
             .ok_or_else(|| anyhow!("the guest ended without the command's exit status"))
     }
@@ -255,7 +283,7 @@ fn parse_kernel_dependency(depends: &str) -> Option<String> {
 /// The command as the guest's shell runs it: from the workspace, as root, with the variables
 /// that steer the tests.
 fn guest_script(command: &[String], env: &[(&str, String)]) -> String {
-    let mut script = String::from("export HOME=/root TERM=dumb LANG=C.UTF-8\n");
+    let mut script = format!("export HOME=/root TERM=dumb LANG=C.UTF-8 TMPDIR={SCRATCH_MOUNT}\n");
     script.push_str(&format!(
         "export PATH={}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n",
         shell_quote(&paths::cargo_bin().display().to_string())
@@ -317,16 +345,31 @@ mount -t tracefs tracefs /newroot/sys/kernel/tracing
 mount -t debugfs debugfs /newroot/sys/kernel/debug
 mount -t bpf bpf /newroot/sys/fs/bpf
 mount -t cgroup2 cgroup2 /newroot/sys/fs/cgroup
+mkdir -p /newroot{SCRATCH_MOUNT}
+mount -t ext4 /dev/vda /newroot{SCRATCH_MOUNT} && chmod 1777 /newroot{SCRATCH_MOUNT} || echo "mmapsem-vm: no scratch disk"
 cp /command /newroot/tmp/.mmapsem-vm-command
 hostname mmapsem-vm
-# Loopback for the daemon's tests (no other network: the guest has no NIC).
+# Loopback for the daemon's tests, and an address beyond it on a dummy interface (no NIC,
+# nothing leaves the guest) for the test that the default endpoint answers on loopback only.
 ip link set lo up || ifconfig lo 127.0.0.1 up || echo "mmapsem-vm: no loopback"
+ip addr add 10.0.2.15/24 dev dummy0 && ip link set dummy0 up && ip route add default dev dummy0 || echo "mmapsem-vm: no dummy0"
 echo "{UP_MARK}, kernel $(uname -r)"
 chroot /newroot /bin/sh /tmp/.mmapsem-vm-command < /dev/null
 echo "{STATUS_MARK}$?"
 poweroff -f
 "#
     )
+}
+
+/// A fresh, empty ext4 image at `path` (sparse: it takes room only as the guest writes).
+fn make_scratch_disk(path: &Path) -> Result<()> {
+    let image = fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    image.set_len(SCRATCH_MIB << 20)?;
+    drop(image);
+    Cmd::new("mkfs.ext4")
+        .args(&["-q", "-F", "-L", "mmapsem-scratch"])
+        .arg(path.display().to_string())
+        .run()
 }
 
 /// Writes the initramfs: busybox, /init, the command and the modules (decompressed: busybox
@@ -547,7 +590,7 @@ fn accelerator(dir: &Path, tree: &Path) -> Result<Accel> {
     let accel = if Path::new("/dev/kvm").exists() {
         let probe = dir.join("probe.cpio");
         build_initramfs(tree, "true\n", &probe)?;
-        let came_up = boot(tree, &probe, Accel::Kvm, KVM_PROBE, None)?.came_up;
+        let came_up = boot(tree, &probe, None, Accel::Kvm, KVM_PROBE, None)?.came_up;
         if came_up {
             Accel::Kvm
         } else {
@@ -575,6 +618,7 @@ struct Boot {
 fn boot(
     tree: &Path,
     initramfs: &Path,
+    scratch: Option<&Path>,
     accel: Accel,
     timeout: Duration,
     mut relay: Option<&mut dyn FnMut(&str)>,
@@ -608,10 +652,18 @@ fn boot(
         "-virtfs",
         "local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap",
     ])
-    .args(["-device", "virtio-rng-pci"])
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
+    .args(["-device", "virtio-rng-pci"]);
+    if let Some(disk) = scratch {
+        // cache=unsafe: the guest's writes and flushes still reach QEMU as block I/O (what the
+        // tests need), but nothing of a throwaway disk is forced to the host's disk.
+        qemu.arg("-drive").arg(format!(
+            "file={},format=raw,if=virtio,cache=unsafe",
+            disk.display()
+        ));
+    }
+    qemu.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     let mut child = qemu.spawn().context("starting qemu-system-x86_64")?;
     let (lines, rx) = mpsc::channel();
     let stdout = child.stdout.take().unwrap();
