@@ -183,14 +183,20 @@ pub fn parse_exec_mappings(maps: &str) -> Vec<Mapping> {
 }
 
 fn parse_maps_line(line: &str) -> Option<Mapping> {
+    let perms = line.split_whitespace().nth(1)?;
+    perms.contains('x').then(|| parse_file_mapping(line))?
+}
+
+/// One line of /proc/PID/maps, if it maps a file (executable or not).
+fn parse_file_mapping(line: &str) -> Option<Mapping> {
     let mut cols = line.splitn(6, char::is_whitespace);
     let range = cols.next()?;
-    let perms = cols.next()?;
+    let _perms = cols.next()?;
     let offset = cols.next()?;
     let dev = cols.next()?;
     let inode = cols.next()?;
     let path = cols.next()?.trim_start();
-    if !perms.contains('x') || !path.starts_with('/') {
+    if !path.starts_with('/') {
         return None;
     }
     let (start, end) = range.split_once('-')?;
@@ -315,7 +321,8 @@ fn check_regular(meta: &std::fs::Metadata, path: &Path) -> Result<()> {
 /// `file` if it is the file `mapping` mapped, else an error saying the path was replaced.
 fn same_file(file: File, mapping: &Mapping) -> Result<File> {
     let meta = file.metadata()?;
-    if (meta.dev(), meta.ino()) != (mapping.dev, mapping.inode) {
+    let mapped = (mapping.dev, mapping.inode);
+    if (meta.dev(), meta.ino()) != mapped && mapped_identity(&file) != Some(mapped) {
         bail!(
             "{} was replaced since it was mapped",
             mapping.path.display()
@@ -324,10 +331,68 @@ fn same_file(file: File, mapping: &Mapping) -> Result<File> {
     Ok(file)
 }
 
+/// The (device, inode) another process's /proc/PID/maps shows for a mapping of `file`. They
+/// differ from what stat says on overlayfs (a container's root, the CI guests' root): a
+/// mapping is of the layer's file, stat is of the overlay's. Mapping one page of it here and
+/// reading this process's own maps tells them without the target's mmap_lock, which the
+/// fallback, a lookup in its /proc/PID/map_files, takes two or three times per object.
+fn mapped_identity(file: &File) -> Option<(u64, u64)> {
+    const LEN: usize = 4096;
+    // SAFETY: a fresh private read-only mapping, never touched, unmapped below.
+    let addr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            LEN,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if addr == libc::MAP_FAILED {
+        return None;
+    }
+    let maps = File::open("/proc/self/maps").and_then(read_in_few_calls);
+    // SAFETY: the mapping made above, of LEN bytes.
+    unsafe { libc::munmap(addr, LEN) };
+    String::from_utf8_lossy(&maps.ok()?)
+        .lines()
+        .filter_map(parse_file_mapping)
+        .find(|m| m.start == addr as u64)
+        .map(|m| (m.dev, m.inode))
+}
+
 /// The executable file mappings of `pid` now, if its maps could be read.
 pub fn exec_mappings(pid: u32) -> Option<Vec<Mapping>> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
-    Some(parse_exec_mappings(&text))
+    let file = File::open(format!("/proc/{pid}/maps")).ok()?;
+    let text = read_in_few_calls(file).ok()?;
+    Some(parse_exec_mappings(&String::from_utf8_lossy(&text)))
+}
+
+/// What a read of /proc/PID/maps asks for at first: most processes' maps fit.
+const MAPS_READ_BYTES: usize = 256 << 10;
+
+/// Reads `file` to its end with as few read() calls as its size allows. Before Linux 6.17 every
+/// read() of /proc/PID/maps takes the process's mmap_lock (for as many lines as fit the
+/// buffer), so the tracer queues behind its target's writers once per call: std's
+/// `read_to_string` starts with 32 bytes, then 8 KiB doubling, which took the lock a dozen
+/// times per read of a busy target's maps on 6.12. The last read, at the end, takes no lock.
+fn read_in_few_calls(mut file: impl std::io::Read) -> std::io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; MAPS_READ_BYTES];
+    let mut len = 0;
+    loop {
+        if len == buf.len() {
+            buf.resize(2 * buf.len(), 0);
+        }
+        match file.read(&mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(err) => return Err(err),
+        }
+    }
+    buf.truncate(len);
+    Ok(buf)
 }
 
 /// Every executable mapping seen during the trace, so that user addresses can be symbolized
@@ -363,6 +428,36 @@ impl MappingHistory {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Hands out at most what each read() asks for, as seq_file does, counting the calls.
+    struct CountingReader<'a> {
+        left: &'a [u8],
+        calls: usize,
+    }
+
+    impl std::io::Read for CountingReader<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            self.calls += 1;
+            let n = buf.len().min(self.left.len());
+            buf[..n].copy_from_slice(&self.left[..n]);
+            self.left = &self.left[n..];
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn maps_are_read_in_one_call_and_the_end_when_they_fit() {
+        for (size, calls) in [(0, 1), (100 << 10, 2), (MAPS_READ_BYTES, 2), (600 << 10, 4)] {
+            let text: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+            let mut reader = CountingReader {
+                left: &text,
+                calls: 0,
+            };
+            let read = read_in_few_calls(&mut reader).unwrap();
+            assert_eq!(read, text, "{size} bytes");
+            assert_eq!(reader.calls, calls, "read() calls for {size} bytes");
+        }
+    }
 
     #[test]
     fn a_thread_starts_at_field_22_of_its_stat() {
@@ -431,6 +526,19 @@ mod tests {
         let small = dir.path().join("small");
         std::fs::write(&small, b"x").unwrap();
         assert!(open_regular(&small).is_ok());
+    }
+
+    #[test]
+    fn a_files_mapped_identity_is_what_maps_shows_for_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("object");
+        std::fs::write(&path, [7u8; 10]).unwrap();
+        let file = File::open(&path).unwrap();
+        let meta = file.metadata().unwrap();
+        // Not on overlayfs here: the identity mapped is the one stat gives.
+        assert_eq!(mapped_identity(&file), Some((meta.dev(), meta.ino())));
+        let other = File::open("/proc/self/exe").unwrap();
+        assert_ne!(mapped_identity(&other), mapped_identity(&file));
     }
 
     #[test]
