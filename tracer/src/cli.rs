@@ -253,6 +253,17 @@ pub struct Cli {
     #[arg(long, hide = true, value_parser = parse_ring_bytes, value_name = "BYTES")]
     pub ring_bytes: Option<u32>,
 
+    /// Capacity of the per-thread maps (lock states, holding threads, open mm syscalls), 1 to
+    /// 1048576, instead of 16384: a test fills them with fewer threads than that, where each
+    /// thread takes long to start (under emulation).
+    #[arg(
+        long,
+        hide = true,
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..=MAX_MAP_ENTRIES)
+    )]
+    pub thread_entries: Option<u32>,
+
     /// Attach classic tracepoints even where BTF tracepoints would do (tests use it to cover
     /// the fallback that kernels without BTF for the events get).
     #[arg(long, hide = true)]

@@ -224,6 +224,7 @@ fn probe_settings(
         max_entries: cli.max_entries,
         max_stacks: cli.max_stacks,
         ring_bytes: cli.ring_bytes,
+        thread_entries: cli.thread_entries,
         // Never 0 when asked for: 0 means off.
         timeline_threshold_ns: if outputs.wants_timeline() {
             cli.threshold.max(1)

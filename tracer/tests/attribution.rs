@@ -249,6 +249,10 @@ fn outside_reader_asleep_on_io_while_holding() {
         return;
     }
     let _serial = serial();
+    // The target's mapping must outlive the reader's four rounds of reading it from disk
+    // (under emulation those take several times as long: read past the target's end, the
+    // mapping is gone and /proc/PID/mem answers EIO).
+    let seconds = (5 * common::slowdown()).to_string();
     let mut target = common::Workload::spawn(&[
         "filemap",
         "--file-size",
@@ -256,7 +260,7 @@ fn outside_reader_asleep_on_io_while_holding() {
         "--threads",
         "2",
         "--seconds",
-        "5",
+        &seconds,
     ]);
     let mapped = target.read_line();
     let field = |key: &str| {

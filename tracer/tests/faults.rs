@@ -98,8 +98,9 @@ fn full_stack_map_is_counted_and_totals_stay_exact() {
 }
 
 /// Both ring buffers at one page: no user stack copy fits (20 KiB records) and the timeline
-/// overflows between drains. Each loss is counted, the timeline file says so too, and the
-/// aggregation is untouched (the events keep their frame-pointer stacks).
+/// overflows before it is drained: the tracer is stopped (SIGSTOP) while the workload runs, a
+/// reader fallen behind whatever the machine's speed. Each loss is counted, the timeline file
+/// says so too, and the aggregation is untouched (the events keep their frame-pointer stacks).
 #[test]
 fn full_ring_buffers_are_counted_and_the_aggregation_stays_exact() {
     if !bpf_available("full_ring_buffers_are_counted_and_the_aggregation_stays_exact") {
@@ -109,25 +110,34 @@ fn full_ring_buffers_are_counted_and_the_aggregation_stays_exact() {
     let dir = tempfile::tempdir().unwrap();
     let timeline_path = dir.path().join("timeline.json");
     let iterations = 1000u64;
-    let (result, _) = trace_workload(
-        &[
-            "churn",
-            "--threads",
-            "2",
-            "--iterations",
-            &iterations.to_string(),
-        ],
-        &[
-            "--ring-bytes",
-            "4096",
-            "--threshold",
-            "1ns",
-            "--timeline",
-            &timeline_path.display().to_string(),
-            "--format",
-            "json",
-        ],
-    );
+    let workload = Workload::spawn(&[
+        "churn",
+        "--threads",
+        "2",
+        "--iterations",
+        &iterations.to_string(),
+    ]);
+    let mut tracer = Tracer::spawn(&[
+        "-p".into(),
+        workload.pid.to_string(),
+        "--ring-bytes".into(),
+        "4096".into(),
+        "--threshold".into(),
+        "1ns".into(),
+        "--timeline".into(),
+        timeline_path.display().to_string(),
+        "--format".into(),
+        "json".into(),
+    ]);
+    tracer.wait_attached();
+    let tracer_pid = tracer.pid() as i32;
+    // SAFETY: signals to the tracer this test spawned.
+    unsafe { libc::kill(tracer_pid, libc::SIGSTOP) };
+    workload.start();
+    workload.finish();
+    unsafe { libc::kill(tracer_pid, libc::SIGCONT) };
+    let result = tracer.finish();
+    assert!(result.status.success(), "{}", result.stderr);
     let report = json(&result.stdout);
     let lost = &report["lost"];
     assert!(u(&lost["user_stack_copy_dropped"]) > 0, "{lost}");
@@ -309,7 +319,7 @@ fn full_disk_sends_the_report_to_stdout_with_a_clear_error() {
     assert_write_acquisitions_complete(&json(&result.stdout));
 }
 
-/// 20 000 short-lived threads, more than the per-thread lock state map holds (16 384): the
+/// 20 000 short-lived threads, more than the per-thread maps hold (16 384 entries): the
 /// entries of exited threads must make room for new ones, never turn new threads' locks into
 /// unpaired events or losses.
 #[test]
@@ -318,7 +328,17 @@ fn twenty_thousand_short_lived_threads_stay_paired() {
         return;
     }
     let _serial = serial();
-    let threads: u64 = 20_000;
+    // More threads than the per-thread maps hold (16 384 entries): exited threads must leave
+    // them, or the LRU maps evict live threads' entries. Under emulation a thread takes about
+    // 45 ms to come and go (15 minutes for 20 000), so there the maps are made smaller
+    // instead, the threads exceeding them in the same proportion.
+    let (threads, map_args): (u64, &[&str]) = if common::slowdown() > 1 {
+        (2_500, &["--thread-entries", "2048"])
+    } else {
+        (20_000, &[])
+    };
+    let mut tracer_args = vec!["--format", "json"];
+    tracer_args.extend_from_slice(map_args);
     let (result, _) = trace_workload(
         &[
             "churn",
@@ -329,11 +349,13 @@ fn twenty_thousand_short_lived_threads_stay_paired() {
             "--map-size",
             "64K",
         ],
-        &["--format", "json"],
+        &tracer_args,
     );
     let report = json(&result.stdout);
     let lost = &report["lost"];
     for name in [
+        // What an evicted live thread's next operation is counted as: its state is gone.
+        "began_before_attach",
         "unpaired_acquire",
         "unpaired_release",
         "start_while_waiting",

@@ -194,16 +194,21 @@ fn a_profile_from_the_daemon_is_read_by_go_tool_pprof() {
     }
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
-    let workload = Workload::spawn(&["churn", "--threads", "4", "--writer", "--seconds", "2"]);
+    // Under emulation everything is several times slower: the workload's run and the wait for
+    // the window grow with it, the window still holding both.
+    let slowdown = common::slowdown();
+    let run_s = (2 * slowdown).to_string();
+    let workload = Workload::spawn(&["churn", "--threads", "4", "--writer", "--seconds", &run_s]);
     let pid = workload.pid;
     let daemon = Daemon::start(&["--listen", "127.0.0.1:0", "--stacks", "--label-pid"]);
-    let seconds = 6 * common::slowdown();
+    let seconds = 6 * slowdown;
     let address = daemon.address;
     let path = format!("/debug/pprof/mmap_lock?seconds={seconds}");
     let profile_request = std::thread::spawn(move || http_get(address, &path, None).unwrap());
-    // The window opens when the loop takes the request (at its next tick, 100 ms): well before
-    // the workload's first operation.
-    std::thread::sleep(std::time::Duration::from_secs(1));
+    // The window opens when the loop takes the request (at its next tick, 100 ms on the host,
+    // seconds apart under emulation, where a tick's refresh is slow): well before the
+    // workload's first operation.
+    std::thread::sleep(std::time::Duration::from_secs(slowdown));
     workload.start();
     workload.finish();
     let (status, body) = profile_request.join().unwrap();

@@ -110,6 +110,8 @@ pub struct ProbeSettings {
     pub max_stacks: u32,
     /// Size of the ring buffers in use, instead of their defaults (`--ring-bytes`).
     pub ring_bytes: Option<u32>,
+    /// Capacity of the per-thread maps, instead of their defaults (`--thread-entries`).
+    pub thread_entries: Option<u32>,
     /// Stream waits and holds at least this long to the timeline; 0: no timeline.
     pub timeline_threshold_ns: u64,
     /// Copy user stacks for unwinding in user space (`--user-stack dwarf`).
@@ -417,6 +419,15 @@ impl Probes {
                 map_names::LOCKER_COMMS,
             ] {
                 loader.map_max_entries(name, SYSTEM_WIDE_PROCESSES);
+            }
+        }
+        if let Some(entries) = settings.thread_entries {
+            for name in [
+                map_names::LOCK_STATE,
+                map_names::TID_HOLDING,
+                map_names::SYSCALLS_ACTIVE,
+            ] {
+                loader.map_max_entries(name, entries);
             }
         }
         if settings.inherit {
