@@ -715,10 +715,11 @@ impl Windows {
 
     /// Forgets the processes that are gone in both windows' starts, as the kernel maps forget
     /// them: a later snapshot without them (or with a new process of a reused pid) then
-    /// subtracts nothing of theirs.
-    pub fn forget_processes(&mut self, gone: &HashSet<u32>) {
-        self.previous.harvest.forget_processes(gone);
+    /// subtracts nothing of theirs. Returns their part of the last snapshot (all they did, as
+    /// they were gone when it was read), for windows still open (`report_since_adding`).
+    pub fn forget_processes(&mut self, gone: &HashSet<u32>) -> Harvest {
         self.since.harvest.forget_processes(gone);
+        self.previous.harvest.take_processes(gone)
     }
 
     /// The processes the last snapshot holds entries of (as mm owners or outside lockers).
@@ -740,6 +741,15 @@ impl Windows {
     /// What happened from `from` to the last snapshot.
     pub fn report_since(&self, from: &Mark, watch: &Watch, per_thread: bool) -> Report {
         self.report_between(&self.previous, from, watch, per_thread)
+    }
+
+    /// `report_since`, the last snapshot taken with `forgotten` added back: what processes
+    /// forgotten since `from` did (their parts returned by `forget_processes`), which the
+    /// snapshot no longer holds but a window open since `from` must.
+    pub fn report_since_adding(&self, from: &Mark, forgotten: &Harvest, watch: &Watch) -> Report {
+        let mut now = self.previous.clone();
+        now.harvest.add_processes(forgotten);
+        self.report_between(&now, from, watch, false)
     }
 
     /// The symbolizer, with every stack seen so far, for the final report.

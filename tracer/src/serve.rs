@@ -199,6 +199,10 @@ fn respond(request: tiny_http::Request, reply: Reply) {
 /// A profile request waiting for its seconds to pass.
 struct PendingProfile {
     from: Mark,
+    /// What processes forgotten while the window was open did: their entries left the
+    /// snapshots, not the window (a daemon forgets gone processes every fold, 10 s, and a
+    /// profile of 30 s lost every process that ended in it).
+    forgotten: Harvest,
     due: Instant,
     reply: Sender<Reply>,
 }
@@ -285,7 +289,10 @@ impl Server {
             ),
             Err(err) => log::warn!("forgetting processes that are gone: {err:#}"),
         }
-        self.windows.forget_processes(&gone);
+        let forgotten = self.windows.forget_processes(&gone);
+        for profile in &mut self.profiles {
+            profile.forgotten.add_processes(&forgotten);
+        }
         watch.forget_names(&gone);
     }
 
@@ -336,8 +343,10 @@ impl Server {
     }
 
     /// The window of a profile, narrowed to `--comm` like the series.
-    fn profile(&self, from: &Mark, watch: &Watch) -> Reply {
-        let mut report = self.windows.report_since(from, watch, false);
+    fn profile(&self, profile: &PendingProfile, watch: &Watch) -> Reply {
+        let mut report = self
+            .windows
+            .report_since_adding(&profile.from, &profile.forgotten, watch);
         if !self.settings.comms.is_empty() {
             report.entries.retain(|e| {
                 e.comm
@@ -383,6 +392,7 @@ impl Sink for Server {
                 Ask::Profile { seconds } => {
                     self.profiles.push(PendingProfile {
                         from: self.windows.last_mark(),
+                        forgotten: Harvest::default(),
                         due: now + Duration::from_secs(seconds),
                         reply: request.reply,
                     });
@@ -397,7 +407,7 @@ impl Sink for Server {
             .partition(|p| p.due <= now);
         self.profiles = waiting;
         for profile in due {
-            let _ = profile.reply.send(self.profile(&profile.from, watch));
+            let _ = profile.reply.send(self.profile(&profile, watch));
         }
         Ok(Flow::Continue)
     }

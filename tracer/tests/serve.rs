@@ -185,7 +185,8 @@ fn metrics_add_up_to_a_one_shot_report_of_the_same_workload() {
 
 /// The daemon's profile of a window holding the workload's whole run, read by `go tool pprof`:
 /// its contentions and holds for the workload's own threads are the daemon's /metrics counts
-/// for that pid, and its top functions by delay are the mm paths the workload waits in.
+/// for that pid, and its top functions by delay are the mm paths the workload waits in. The
+/// workload ends, and is forgotten by the daemon, before the window does.
 #[test]
 fn a_profile_from_the_daemon_is_read_by_go_tool_pprof() {
     let test = "a_profile_from_the_daemon_is_read_by_go_tool_pprof";
@@ -201,7 +202,9 @@ fn a_profile_from_the_daemon_is_read_by_go_tool_pprof() {
     let workload = Workload::spawn(&["churn", "--threads", "4", "--writer", "--seconds", &run_s]);
     let pid = workload.pid;
     let daemon = Daemon::start(&["--listen", "127.0.0.1:0", "--stacks", "--label-pid"]);
-    let seconds = 6 * slowdown;
+    // Long enough for the daemon to forget the workload inside the window (it forgets a
+    // process at the second fold after its end, folds 10 s apart): the profile must keep it.
+    let seconds = (6 * slowdown).max(25);
     let address = daemon.address;
     let path = format!("/debug/pprof/mmap_lock?seconds={seconds}");
     let profile_request = std::thread::spawn(move || http_get(address, &path, None).unwrap());

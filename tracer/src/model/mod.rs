@@ -104,11 +104,72 @@ impl Harvest {
     /// Drops what belongs to processes that are gone (the mm owner's or an outside locker's),
     /// as the kernel maps do once a daemon has folded them (`Probes::forget_processes`).
     pub fn forget_processes(&mut self, gone: &HashSet<u32>) {
+        self.take_processes(gone);
+    }
+
+    /// Removes what belongs to the processes `gone` (as `forget_processes`) and returns it: a
+    /// harvest of only their entries, waits charged, holds' sleeps and names, which
+    /// `add_processes` puts back into another snapshot.
+    pub fn take_processes(&mut self, gone: &HashSet<u32>) -> Harvest {
         let of_gone = |k: &AggKey| gone.contains(&k.pid) || gone.contains(&k.locker_pid);
-        self.entries.retain(|e| !of_gone(&e.key));
-        self.blocked.retain(|(k, _)| !of_gone(&k.waiter));
-        self.sleeps.retain(|(k, _)| !of_gone(&k.hold));
-        self.locker_comms.retain(|pid, _| !gone.contains(pid));
+        let (entries, kept) = std::mem::take(&mut self.entries)
+            .into_iter()
+            .partition(|e| of_gone(&e.key));
+        self.entries = kept;
+        let (blocked, kept) = std::mem::take(&mut self.blocked)
+            .into_iter()
+            .partition(|(k, _)| of_gone(&k.waiter));
+        self.blocked = kept;
+        let (sleeps, kept) = std::mem::take(&mut self.sleeps)
+            .into_iter()
+            .partition(|(k, _)| of_gone(&k.hold));
+        self.sleeps = kept;
+        let (locker_comms, kept) = std::mem::take(&mut self.locker_comms)
+            .into_iter()
+            .partition(|(pid, _)| gone.contains(pid));
+        self.locker_comms = kept;
+        let (estimated_user_stacks, kept) = std::mem::take(&mut self.estimated_user_stacks)
+            .into_iter()
+            .partition(of_gone);
+        self.estimated_user_stacks = kept;
+        Harvest {
+            entries,
+            blocked,
+            sleeps,
+            locker_comms,
+            estimated_user_stacks,
+            ..Harvest::default()
+        }
+    }
+
+    /// Adds `part` (processes' shares from `take_processes`) to this snapshot; a key both
+    /// hold (a reused pid's) is merged.
+    pub fn add_processes(&mut self, part: &Harvest) {
+        for entry in &part.entries {
+            match self.entries.iter_mut().find(|e| e.key == entry.key) {
+                Some(same) => same.merge(entry),
+                None => self.entries.push(entry.clone()),
+            }
+        }
+        for (key, value) in &part.blocked {
+            match self.blocked.iter_mut().find(|(k, _)| k == key) {
+                Some((_, same)) => same.merge(value),
+                None => self.blocked.push((*key, *value)),
+            }
+        }
+        for (key, ns) in &part.sleeps {
+            match self.sleeps.iter_mut().find(|(k, _)| k == key) {
+                Some((_, same)) => *same += ns,
+                None => self.sleeps.push((*key, *ns)),
+            }
+        }
+        for (pid, comm) in &part.locker_comms {
+            self.locker_comms
+                .entry(*pid)
+                .or_insert_with(|| comm.clone());
+        }
+        self.estimated_user_stacks
+            .extend(part.estimated_user_stacks.iter().copied());
     }
 
     /// Every stack the report will show: entries' and timeline events' own, the holders their
@@ -269,6 +330,62 @@ mod tests {
             .collect();
         assert_eq!(left, [(2, 0)]);
         assert_eq!(harvest.locker_comms.keys().collect::<Vec<_>>(), [&4]);
+    }
+
+    #[test]
+    fn processes_taken_out_are_added_back_merged() {
+        let entry = |pid, locker_pid, count| {
+            let mut value = AggValue::default();
+            value.count = count;
+            value.total_ns = 10 * count;
+            value.max_ns = 10;
+            RawEntry::exact(
+                AggKey {
+                    pid,
+                    locker_pid,
+                    ..AggKey::default()
+                },
+                value,
+            )
+        };
+        let block = |pid| {
+            let mut key = BlockKey::default();
+            key.waiter.pid = pid;
+            let mut value = BlockValue::ZERO;
+            value.wait_ns = 100;
+            (key, value)
+        };
+        let mut harvest = Harvest {
+            entries: vec![entry(1, 0, 5), entry(2, 0, 6), entry(2, 3, 7)],
+            blocked: vec![block(1), block(2)],
+            locker_comms: [(3, "ps".to_string()), (4, "top".to_string())].into(),
+            ..Harvest::default()
+        };
+        let part = harvest.take_processes(&[1, 3].into());
+        let pids = |h: &Harvest| -> Vec<(u32, u32, u64)> {
+            let mut p: Vec<_> = h
+                .entries
+                .iter()
+                .map(|e| (e.key.pid, e.key.locker_pid, e.value.count))
+                .collect();
+            p.sort();
+            p
+        };
+        assert_eq!(pids(&part), [(1, 0, 5), (2, 3, 7)]);
+        assert_eq!(pids(&harvest), [(2, 0, 6)]);
+        assert_eq!(part.blocked.len(), 1);
+        assert_eq!(part.locker_comms.keys().collect::<Vec<_>>(), [&3]);
+
+        // Into a snapshot that holds a reused pid 1 with the same key: merged, not doubled.
+        let mut later = Harvest {
+            entries: vec![entry(1, 0, 1), entry(2, 0, 9)],
+            blocked: vec![block(2)],
+            ..Harvest::default()
+        };
+        later.add_processes(&part);
+        assert_eq!(pids(&later), [(1, 0, 6), (2, 0, 9), (2, 3, 7)]);
+        assert_eq!(later.blocked.len(), 2);
+        assert_eq!(later.locker_comms[&3], "ps");
     }
 }
 
