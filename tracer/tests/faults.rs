@@ -330,10 +330,10 @@ fn twenty_thousand_short_lived_threads_stay_paired() {
     let _serial = serial();
     // More threads than the per-thread maps hold (16 384 entries): exited threads must leave
     // them, or the LRU maps evict live threads' entries. Under emulation a thread takes about
-    // 45 ms to come and go (15 minutes for 20 000), so there the maps are made smaller
+    // 35-120 ms to come and go (11 minutes for 20 000), so there the maps are made smaller
     // instead, the threads exceeding them in the same proportion.
     let (threads, map_args): (u64, &[&str]) = if common::slowdown() > 1 {
-        (2_500, &["--thread-entries", "2048"])
+        (1_250, &["--thread-entries", "1024"])
     } else {
         (20_000, &[])
     };

@@ -201,15 +201,31 @@ fn unwinding_opens_objects_without_taking_the_targets_lock() {
         .filter(|e| e["user_stack"] == "dwarf")
         .count();
     assert!(unwound > 0, "nothing was unwound: {}", result.stderr);
-    let by_tracer: u64 = report["entries"]
+    let tracer_holds: Vec<&Value> = report["entries"]
         .as_array()
         .unwrap()
         .iter()
         .filter(|e| e["kind"] == "hold" && e["locker"]["pid"] == tracer_pid)
-        .map(|e| common::u(&e["count"]))
-        .sum();
+        .collect();
+    let by_tracer: u64 = tracer_holds.iter().map(|e| common::u(&e["count"])).sum();
+    // Where it locked, for the failure message: each hold's count, cause and kernel stack.
+    let where_: Vec<String> = tracer_holds
+        .iter()
+        .map(|e| {
+            let frames: Vec<&str> = e["frames"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|f| f["kernel"] == true)
+                .filter_map(|f| f["symbol"].as_str())
+                .take(10)
+                .collect();
+            format!("{} x {}: {}", e["count"], e["cause"], frames.join(" < "))
+        })
+        .collect();
     assert!(
         by_tracer <= traced_s + 2,
-        "the tracer locked its target's mm {by_tracer} times in {traced_s} s"
+        "the tracer locked its target's mm {by_tracer} times in {traced_s} s:\n{}",
+        where_.join("\n")
     );
 }
