@@ -335,10 +335,12 @@ mod tests {
     #[test]
     fn processes_taken_out_are_added_back_merged() {
         let entry = |pid, locker_pid, count| {
-            let mut value = AggValue::default();
-            value.count = count;
-            value.total_ns = 10 * count;
-            value.max_ns = 10;
+            let value = AggValue {
+                count,
+                total_ns: 10 * count,
+                max_ns: 10,
+                ..AggValue::default()
+            };
             RawEntry::exact(
                 AggKey {
                     pid,
