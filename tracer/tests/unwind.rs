@@ -55,7 +55,12 @@ struct Run {
 
 fn trace_chain_workload() -> Run {
     let binary = common::build_nofp("chain");
+    // Each round touches 256 pages: where every fault takes mmap_lock (6.1, no per-VMA locks)
+    // 400 rounds are 400 000 events, each stack copied and unwound; under emulation that is
+    // tens of minutes, so fewer rounds there (the chains are the same in each).
+    let rounds = if common::slowdown() > 1 { 10 } else { 400 };
     let mut workload = Command::new(&binary)
+        .arg(rounds.to_string())
         .stdout(Stdio::piped())
         .spawn()
         .expect("spawning the no-frame-pointer workload");
@@ -165,8 +170,9 @@ fn dwarf_unwinding_names_the_chain_that_frame_pointers_miss() {
 
 /// Unwinding reads each mapped object's CFI. Opening it through /proc/PID/map_files takes the
 /// target's mmap_lock (a lookup per object, each queued behind the target's writers), so the
-/// objects are opened by path, checked to be the file mapped: the tracer's own locks of the
-/// target's mm stay at about one maps read per second, whatever the number of objects.
+/// objects are opened by path, checked to be the file mapped (on an overlay root too, as in
+/// the CI guests): the tracer's own locks of the target's mm stay at about one maps read per
+/// second, whatever the number of objects.
 #[test]
 fn unwinding_opens_objects_without_taking_the_targets_lock() {
     if !bpf_available("unwinding_opens_objects_without_taking_the_targets_lock") {
@@ -223,8 +229,14 @@ fn unwinding_opens_objects_without_taking_the_targets_lock() {
             format!("{} x {}: {}", e["count"], e["cause"], frames.join(" < "))
         })
         .collect();
+    // Before 6.17 each read of /proc/PID/maps takes the lock (from 6.17 none does): one look
+    // a second, the first and the last, one when unwinding meets the process, the discovery
+    // read of /proc/PID/cmdline, and a look of slack at the periods' edges. 6.12 under
+    // emulation: 6 maps reads and 2 without a stack. Objects opened through map_files would
+    // add two or three each.
+    let looks_allowed = traced_s + 6;
     assert!(
-        by_tracer <= traced_s + 2,
+        by_tracer <= looks_allowed,
         "the tracer locked its target's mm {by_tracer} times in {traced_s} s:\n{}",
         where_.join("\n")
     );

@@ -2,7 +2,8 @@
  * binaries: its threads reach mmap, a page fault and munmap through a known chain of its own
  * functions and then libc. tests/unwind.rs compiles and traces it.
  *
- * Prints "ready pid=N", waits for SIGUSR1, runs ITERATIONS rounds in THREADS threads, exits. */
+ * Prints "ready pid=N", waits for SIGUSR1, runs ITERATIONS rounds (or argv[1]) in THREADS
+ * threads, exits. */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -42,14 +43,18 @@ __attribute__((noinline)) static void chain_middle(int n) {
     KEEP();
 }
 
+static int iterations = ITERATIONS;
+
 __attribute__((noinline)) static void *chain_outer(void *arg) {
     (void)arg;
-    chain_middle(ITERATIONS);
+    chain_middle(iterations);
     KEEP();
     return NULL;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc > 1)
+        iterations = atoi(argv[1]);
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGUSR1);
