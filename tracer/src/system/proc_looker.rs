@@ -123,7 +123,11 @@ fn serve(inbox: &Receiver<Vec<u32>>, outbox: &Sender<Reply>) {
     }
 }
 
+/// The names first: they need no lock of the target's, while its maps may wait for seconds
+/// behind its writers, by which time a short-lived process has ended, unnamed.
 fn look_at(pid: u32) -> ProcessLook {
+    let comm = procfs::comm(pid);
+    let thread_names = procfs::thread_names(pid);
     let mappings = procfs::exec_mappings(pid);
     if let Some(mappings) = &mappings {
         procfs::keep_mapped_objects(pid, mappings);
@@ -131,8 +135,8 @@ fn look_at(pid: u32) -> ProcessLook {
     ProcessLook {
         pid,
         mappings,
-        thread_names: procfs::thread_names(pid),
-        comm: procfs::comm(pid),
+        thread_names,
+        comm,
     }
 }
 
