@@ -8,6 +8,7 @@ pub const BLOCKED: &str = "BLOCKED";
 pub const COPY_BUDGET: &str = "COPY_BUDGET";
 pub const COUNTERS: &str = "COUNTERS";
 pub const DISCOVER: &str = "DISCOVER";
+pub const EXEC_COMMS: &str = "EXEC_COMMS";
 pub const FAULT_COUNTS: &str = "FAULT_COUNTS";
 pub const HOLDERS: &str = "HOLDERS";
 pub const HOLDERS_BY_SLOT: &str = "HOLDERS_BY_SLOT";
@@ -34,13 +35,14 @@ pub const TRACE_START: &str = "TRACE_START";
 pub const USER_STACKS: &str = "USER_STACKS";
 
 /// Every map above.
-pub const MAPS: [&str; 30] = [
+pub const MAPS: [&str; 31] = [
     AGG,
     ARMED,
     BLOCKED,
     COPY_BUDGET,
     COUNTERS,
     DISCOVER,
+    EXEC_COMMS,
     FAULT_COUNTS,
     HOLDERS,
     HOLDERS_BY_SLOT,

@@ -4,7 +4,7 @@ use aya_ebpf::helpers::{
     bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns,
     bpf_probe_read_kernel,
 };
-use aya_ebpf::maps::{HashMap, PerCpuArray};
+use aya_ebpf::maps::{HashMap, LruHashMap, PerCpuArray};
 
 use aya_ebpf::{
     macros::{btf_tracepoint, map},
@@ -35,6 +35,12 @@ pub static DISCOVER: Array<u32> = Array::with_max_entries(1, 0);
 /// report can name a process that already exited. Enlarged by user space in system-wide mode.
 #[map]
 pub static LOCKER_COMMS: HashMap<u32, [u8; 16]> = HashMap::with_max_entries(1024, 0);
+
+/// The name each traced process took at its last exec during the trace (tgid -> comm): the
+/// program it runs, which user space prefers to a name it read from /proc, perhaps while the
+/// process was still in its exec under its parent's name. Enlarged like LOCKER_COMMS.
+#[map]
+pub static EXEC_COMMS: LruHashMap<u32, [u8; 16]> = LruHashMap::with_max_entries(1024, 0);
 
 /// See tracer_common::EXITED_LIFETIME_NS.
 #[map]
@@ -446,6 +452,31 @@ pub fn sched_process_fork(ctx: BtfTracePointContext) -> i32 {
     let (pid, tgid) = (field(cfg.task_pid_offset), field(cfg.task_tgid_offset));
     if pid != 0 && pid == tgid && TARGET_TGIDS.insert(&tgid, &parent, 0).is_err() {
         count(Counter::TargetMapFull);
+    }
+    0
+}
+
+/// An exec renames its process, after the first locks of the new mm have registered it (and
+/// named it) under the name it had before: the parent's, for a child just spawned, whose
+/// exec may take long enough (a binary read from a slow disk) for user space to read that
+/// name in /proc too. The new name is recorded here, so that a process is reported under the
+/// program it ran. A process not named yet (BPF_EXIST) is named at its next lock.
+#[btf_tracepoint(function = "sched_process_exec")]
+pub fn sched_process_exec(_ctx: BtfTracePointContext) -> i32 {
+    const BPF_EXIST: u64 = 2;
+    let cfg = config();
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    let traced = if cfg.system_wide != 0 {
+        tgid != cfg.tracer_tgid
+    } else {
+        is_listed_target(tgid) || unsafe { LOCKER_COMMS.get(&tgid) }.is_some()
+    };
+    if !traced {
+        return 0;
+    }
+    if let Ok(comm) = bpf_get_current_comm() {
+        let _ = LOCKER_COMMS.insert(&tgid, &comm, BPF_EXIST);
+        let _ = EXEC_COMMS.insert(&tgid, &comm, 0);
     }
     0
 }

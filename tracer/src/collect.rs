@@ -7,6 +7,7 @@
 //! in the tests below); a `Sink` says at each tick whether it wants a snapshot and is shown the
 //! one the loop took, so the views never touch the probes.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -280,6 +281,8 @@ pub trait Source: Forget {
     fn inherited_pids(&self) -> Result<Vec<u32>>;
     /// System-wide: the processes whose mm the programs have registered so far.
     fn registered_pids(&self) -> Result<Vec<u32>>;
+    /// The names the traced processes took at their last exec during the trace.
+    fn exec_names(&self) -> Result<HashMap<u32, String>>;
     /// The processes whose user stacks the collected data refers to.
     fn user_stack_owners(&self) -> Result<HashSet<u32>>;
     /// (summed lifetimes inside the trace in ns, number) of the target threads that exited.
@@ -504,6 +507,7 @@ fn tick_sink(sink: &mut dyn Sink, source: &dyn Source, watch: &mut Watch) -> Res
         Want::Nothing => Ok(Flow::Continue),
         Want::Stop => Ok(Flow::Stop),
         Want::Snapshot => {
+            watch.take_exec_names(source);
             let harvest = snapshot_of(source, watch)?;
             sink.show(Snapshot {
                 harvest,
@@ -542,8 +546,43 @@ impl Watch {
             .copied()
             .filter(|pid| !(only_new && self.process_names.contains_key(pid)))
             .collect();
+        self.name_unnamed(&wanted);
         self.looker.ask(&wanted);
         self.pids = pids;
+        self.take_exec_names(source);
+    }
+
+    /// Renames the processes an exec renamed: a name read from /proc may be the parent's, read
+    /// while the child was still in its exec, and a process is read only once system-wide.
+    /// Only those already named: a name also marks a process as read, and the others are
+    /// named by the kernel's record.
+    fn take_exec_names(&mut self, source: &dyn Source) {
+        let names = match source.exec_names() {
+            Ok(names) => names,
+            Err(err) => {
+                log::debug!("reading the names execs gave: {err:#}");
+                return;
+            }
+        };
+        for (pid, name) in names {
+            if let Some(known) = self.process_names.get_mut(&pid) {
+                *known = name;
+            }
+        }
+    }
+
+    /// Names the processes not named yet at once, on this thread: /proc/PID/comm does not take
+    /// the target's lock, while the look that also names them reads its maps, which may wait
+    /// behind its writers (and behind every process listed before it), long enough for a
+    /// short-lived process to end unnamed, and be left out by `--comm`.
+    fn name_unnamed(&mut self, pids: &[u32]) {
+        for &pid in pids {
+            if let (Entry::Vacant(slot), Some(comm)) =
+                (self.process_names.entry(pid), procfs::comm(pid))
+            {
+                slot.insert(comm);
+            }
+        }
     }
 
     /// Lets go of the mapping lists and unwinders of processes that were already gone at the
@@ -817,6 +856,9 @@ mod tests {
         }
         fn registered_pids(&self) -> Result<Vec<u32>> {
             Ok(Vec::new())
+        }
+        fn exec_names(&self) -> Result<HashMap<u32, String>> {
+            Ok(HashMap::new())
         }
         fn user_stack_owners(&self) -> Result<HashSet<u32>> {
             Ok(HashSet::new())

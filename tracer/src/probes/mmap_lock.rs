@@ -137,7 +137,8 @@ fn attach(
 /// mm_struct is reused by a process that is not traced, and sums exiting threads' lifetimes.
 /// Without it (no BTF), a reused mm's first locks by its new owner end the registration
 /// instead, and exec's locks before them count as outside lockers. sched_process_fork follows
-/// a traced command's new processes (`-- CMD`).
+/// a traced command's new processes (`-- CMD`); sched_process_exec renames those an exec
+/// renames.
 fn attach_target_lifecycle(ebpf: &mut Ebpf) {
     for (name, without) in [
         (
@@ -148,6 +149,11 @@ fn attach_target_lifecycle(ebpf: &mut Ebpf) {
         (
             program_names::SCHED_PROCESS_FORK,
             "the processes a traced command starts are not traced",
+        ),
+        (
+            program_names::SCHED_PROCESS_EXEC,
+            "a process that ends before the tracer reads its name may be named as the one \
+             that started it",
         ),
     ] {
         let attached = super::kernel_btf().and_then(|btf| {

@@ -417,6 +417,7 @@ impl Probes {
                 map_names::TARGET_MMS,
                 map_names::HOLDERS,
                 map_names::LOCKER_COMMS,
+                map_names::EXEC_COMMS,
             ] {
                 loader.map_max_entries(name, SYSTEM_WIDE_PROCESSES);
             }
@@ -632,6 +633,7 @@ impl Forget for Probes {
             delete_where::<SleepKey, u64>(&self.ebpf, map_names::SLEEPS, |k| of_gone(&k.hold))?;
         let comms: Vec<u32> = gone.iter().copied().collect();
         deleted += delete_from(&self.ebpf, map_names::LOCKER_COMMS, &comms)?;
+        deleted += delete_from(&self.ebpf, map_names::EXEC_COMMS, &comms)?;
         Ok(deleted)
     }
 
@@ -667,6 +669,10 @@ impl Source for Probes {
 
     /// The processes whose mm the programs have registered so far (system-wide mode: every
     /// process that locked its own mm; some may have exited since).
+    fn exec_names(&self) -> Result<HashMap<u32, String>> {
+        Ok(read_comms(&map_ref(&self.ebpf, map_names::EXEC_COMMS)?))
+    }
+
     fn registered_pids(&self) -> Result<Vec<u32>> {
         let mut pids: Vec<u32> = read_target_mms(&self.ebpf)?.into_values().collect();
         pids.sort_unstable();
