@@ -14,6 +14,18 @@ pub trait LockContext: StackIdContext {
     /// Kernel address of the `struct pt_regs` the current task saved when it entered the
     /// kernel (its user registers), or None when it cannot be found.
     fn user_regs(&self) -> Option<u64>;
+
+    /// The saved `orig_ax` of the current task's user registers: the syscall number in a
+    /// syscall, -1 in an exception; None when the register offsets are unknown.
+    #[inline(always)]
+    fn entry_nr(&self) -> Option<i64> {
+        let cfg = config();
+        if cfg.user_regs.known == 0 {
+            return None;
+        }
+        let orig_ax = (self.user_regs()? + cfg.user_regs.pt_regs_orig_ax as u64) as *const i64;
+        unsafe { bpf_probe_read_kernel(orig_ax) }.ok()
+    }
 }
 
 /// BTF tracepoints are tracing programs: `bpf_task_pt_regs` gives the registers wherever the

@@ -7,16 +7,15 @@
 //! exceptions, the syscall number for syscalls). The total of the targets' faults comes from
 //! /proc in user space.
 
-use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel};
+use aya_ebpf::helpers::bpf_get_current_pid_tgid;
 use aya_ebpf::{macros::map, maps::PerCpuArray};
 use tracer_common::{
     StateKey, FAULTS_FILEMAP, FAULTS_FILEMAP_UNDER_LOCK, FAULTS_TOOK_MMAP_LOCK, FAULT_SLOTS,
 };
 
 use crate::{
-    context::LockContext,
     maps::{add_to, armed, config, LOCK_STATE, TID_HOLDING},
-    target::{current_mm, is_target_tgid, Locker},
+    target::{current_mm, is_target_tgid},
 };
 
 #[map]
@@ -50,19 +49,11 @@ fn holding_now(tid: u32) -> bool {
     unsafe { TID_HOLDING.get(&tid) }.is_some_and(|mm| *mm != 0)
 }
 
-/// True when the target thread locking now does so for a user page fault: it entered the
-/// kernel through an exception, not a syscall.
+/// Whether `orig_ax`, as the thread saved it entering the kernel, says it came through an
+/// exception (a user page fault) rather than a syscall.
 #[inline(always)]
-pub fn explains_lock<C: LockContext>(ctx: &C, locker: &Locker) -> bool {
-    let cfg = config();
-    if locker.outside_pid != 0 || cfg.user_regs.known == 0 {
-        return false;
-    }
-    let Some(regs) = ctx.user_regs() else {
-        return false;
-    };
-    let orig_ax = (regs + cfg.user_regs.pt_regs_orig_ax as u64) as *const i64;
-    unsafe { bpf_probe_read_kernel(orig_ax) }.is_ok_and(|nr| nr == -1)
+pub fn is_exception(orig_ax: i64) -> bool {
+    orig_ax == -1
 }
 
 /// Counts one lock operation begun for a fault (a fault retried after dropping the lock, to

@@ -182,6 +182,44 @@ pub struct Reason {
     pub fault: u8,
 }
 
+/// How a target thread beginning a lock operation entered the kernel.
+#[derive(Clone, Copy)]
+pub struct Entry {
+    /// Through an exception: a user page fault.
+    pub fault: bool,
+    /// 1 + index into MM_SYSCALLS of the mm syscall it is in, or 0.
+    pub syscall: u8,
+}
+
+impl Entry {
+    const UNKNOWN: Entry = Entry {
+        fault: false,
+        syscall: 0,
+    };
+}
+
+/// From the registers the thread saved when it entered the kernel (`orig_ax`: -1 for an
+/// exception, else the syscall number), read once: no per-syscall program has to track the
+/// syscall in progress, so no syscall tracepoint is attached for it (any one of them sends
+/// every syscall on the machine through the kernel's slow path). Where the registers cannot
+/// be found, the mm syscall the syscall programs saw enter (`--syscall-times`), if any.
+#[inline(always)]
+fn kernel_entry<C: LockContext>(ctx: &C, locker: &Locker) -> Entry {
+    if locker.outside_pid != 0 {
+        return Entry::UNKNOWN;
+    }
+    match ctx.entry_nr() {
+        Some(nr) => Entry {
+            fault: faults::is_exception(nr),
+            syscall: syscalls::cause_of(nr),
+        },
+        None => Entry {
+            fault: false,
+            syscall: syscalls::current(locker),
+        },
+    }
+}
+
 #[inline(always)]
 fn on_lock_event<C: LockContext>(ctx: &C, args: LockArgs) -> Result<(), i64> {
     let cfg = config();
@@ -210,7 +248,12 @@ fn on_lock_event<C: LockContext>(ctx: &C, args: LockArgs) -> Result<(), i64> {
     let is_start = matches!(event, LockEvent::StartLocking { .. });
 
     let attribute = cfg.attribution != 0;
-    let faulting = attribute && is_start && faults::explains_lock(ctx, &locker);
+    let entry = if attribute && is_start {
+        kernel_entry(ctx, &locker)
+    } else {
+        Entry::UNKNOWN
+    };
+    let faulting = entry.fault;
     let (held_since, held_mode) = (st.timing.hold_start_ns, st.timing.hold_mode);
     let waiting_for_write = st.timing.wait_start_ns != 0 && st.timing.wait_mode == MODE_WRITE;
     let now = unsafe { bpf_ktime_get_ns() };
@@ -221,7 +264,7 @@ fn on_lock_event<C: LockContext>(ctx: &C, args: LockArgs) -> Result<(), i64> {
 
     if is_start && st.timing.wait_start_ns == now {
         // A new wait (not the fault path's lock after its failed trylock).
-        if attribute && begin_attributed_wait(ctx, &locker, mm, st, now, faulting) {
+        if attribute && begin_attributed_wait(ctx, &locker, mm, st, now, entry) {
             // The wait is timed from after the tracer's own work (microseconds of stack walks
             // and copying): what the thread spends waiting for the lock, not for the tracer.
             st.timing.wait_start_ns = unsafe { bpf_ktime_get_ns() };
@@ -275,10 +318,10 @@ fn begin_attributed_wait<C: LockContext>(
     mm: u64,
     st: &mut LockState,
     now: u64,
-    faulting: bool,
+    entry: Entry,
 ) -> bool {
-    st.fault = faulting as u8;
-    if faulting {
+    st.fault = entry.fault as u8;
+    if entry.fault {
         faults::count_fault_lock();
     }
     st.blockers = blockers::begin_wait(locker, mm, st.timing.wait_mode == MODE_WRITE);
@@ -290,7 +333,7 @@ fn begin_attributed_wait<C: LockContext>(
     // on a busy lock most waits behind a holder last microseconds. A sample of the other
     // operations gets its stacks too (`user_copy_sampled` keeps them whatever their length),
     // so that the common short paths are named.
-    let cause = syscalls::current(locker);
+    let cause = entry.syscall;
     st.cause = cause;
     let queued = st.blockers.count != 0;
     let expected_long = (queued

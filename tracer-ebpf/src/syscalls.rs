@@ -95,7 +95,17 @@ fn exit() {
     }
 }
 
-/// 1 + the index of the target thread's mm syscall in progress, 0 when none.
+/// 1 + the index in MM_SYSCALLS of syscall number `nr`, 0 when it is none of them.
+#[inline(always)]
+pub fn cause_of(nr: i64) -> u8 {
+    match config().syscalls.nrs.iter().position(|&n| n as i64 == nr) {
+        Some(index) => index as u8 + 1,
+        None => 0,
+    }
+}
+
+/// 1 + the index of the target thread's mm syscall in progress as the syscall programs saw it
+/// enter, 0 when none (or they are not attached).
 #[inline(always)]
 pub fn current(locker: &Locker) -> u8 {
     if locker.outside_pid != 0 {

@@ -224,6 +224,15 @@ pub struct Cli {
     #[arg(long, conflicts_with_all = ["user_stack", "stack_threshold", "per_thread"])]
     pub lean: bool,
 
+    /// Also time the mm syscalls (count, total and average of each of mmap, munmap, mprotect,
+    /// mremap, madvise and brk, with the lock wait and hold inside it), on the syscall
+    /// tracepoints. Off by default: attaching any syscall tracepoint sends every syscall of every
+    /// process on the machine through the kernel's slow path, which cost a lock-bound target as
+    /// much as the rest of the tracer (the lock operations are named after their syscall
+    /// either way).
+    #[arg(long, conflicts_with = "lean")]
+    pub syscall_times: bool,
+
     /// Same as --user-stack none (kept for older scripts).
     #[arg(long, hide = true)]
     pub no_user_stacks: bool,

@@ -218,6 +218,7 @@ fn probe_settings(
     ProbeSettings {
         stack_threshold_ns: cli.stack_threshold(),
         attribution: !cli.lean,
+        syscall_times: cli.syscall_times,
         per_thread,
         per_thread_required: cli.per_thread,
         user_stacks: cli.user_stack() != UserStackArg::None,

@@ -42,7 +42,7 @@ fn classic_tracepoints_charge_waits_to_the_populating_writer() {
 }
 
 fn charge_waits_to_the_populating_writer(tracer_args: &[&str], tracepoints: &str) {
-    let mut args = vec!["--format", "json"];
+    let mut args = vec!["--format", "json", "--syscall-times"];
     args.extend_from_slice(tracer_args);
     let (result, workload_out) = trace_workload(
         &["churn", "--threads", "3", "--writer", "--seconds", "3"],
@@ -115,6 +115,43 @@ fn charge_waits_to_the_populating_writer(tracer_args: &[&str], tracepoints: &str
         "anonymous first faults fall back: {faults}"
     );
     assert!(u(&faults["took_mmap_lock"]) <= u(&faults["total"]));
+}
+
+/// Without --syscall-times no syscall tracepoint is attached (each would slow every syscall on
+/// the machine), yet lock operations are still named after their mm syscall, from the
+/// registers the thread saved entering the kernel: as many munmap write locks as the
+/// workload's iterations (each unmaps once, besides a few of libc's), on the classic fallback
+/// too.
+#[test]
+fn syscall_causes_come_without_syscall_tracepoints() {
+    if !bpf_available("syscall_causes_come_without_syscall_tracepoints") {
+        return;
+    }
+    let _serial = serial();
+    for extra in [&[][..], &["--classic-tracepoints"][..]] {
+        let mut args = vec!["--format", "json"];
+        args.extend_from_slice(extra);
+        let (result, workload_out) =
+            trace_workload(&["churn", "--threads", "2", "--seconds", "2"], &args);
+        let report = json(&result.stdout);
+        assert_eq!(report["features"]["syscalls"], false, "{}", report["features"]);
+        assert!(
+            report["syscalls"]["munmap"]["count"] == 0,
+            "{}",
+            report["syscalls"]
+        );
+        let iterations = value_of(&workload_out, "iterations");
+        let munmap_waits: u64 = entries(&report)
+            .iter()
+            .filter(|e| e["kind"] == "wait" && e["mode"] == "write" && e["cause"] == "munmap")
+            .map(|e| u(&e["count"]))
+            .sum();
+        // A few more: the threads' ends and libc's arenas unmap too.
+        assert!(
+            munmap_waits >= iterations && munmap_waits <= iterations + 16,
+            "{munmap_waits} munmap write locks for {iterations} iterations ({extra:?})"
+        );
+    }
 }
 
 /// Yang Shi's case: one huge mprotect holds the lock for write for milliseconds; the readers
@@ -200,7 +237,7 @@ fn mmap_reads_contend_where_pread_does_not() {
         ]
     };
     let (pread, pread_out) = trace_workload(&args("pread"), &["--format", "json"]);
-    let (mmap, mmap_out) = trace_workload(&args("mmap"), &["--format", "json"]);
+    let (mmap, mmap_out) = trace_workload(&args("mmap"), &["--format", "json", "--syscall-times"]);
     let (pread, mmap) = (json(&pread.stdout), json(&mmap.stdout));
     let pread_files = value_of(&pread_out, "files_read");
     let mmap_files = value_of(&mmap_out, "files_read");

@@ -242,7 +242,7 @@ pub struct Features {
     /// Fault causes (lock operations begun from a user page fault, told by the saved user
     /// registers) and filemap faults under the lock.
     pub faults: bool,
-    /// syscalls:sys_{enter,exit}_*: per-syscall totals and syscall causes.
+    /// syscalls:sys_{enter,exit}_*: per-syscall totals (`--syscall-times`).
     pub syscalls: bool,
     /// tp_btf/sched_switch: holders' off-CPU time.
     pub offcpu: bool,

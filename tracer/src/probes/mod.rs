@@ -101,6 +101,8 @@ pub struct ProbeSettings {
     pub stack_threshold_ns: u64,
     /// Fault, syscall, holder and off-CPU attribution (all but `--lean`).
     pub attribution: bool,
+    /// The mm syscall tracepoints, for per-syscall count and time (`--syscall-times`).
+    pub syscall_times: bool,
     /// Entries collected per thread while the maps have room (merged afterwards unless
     /// `per_thread_required`: the user asked for per-thread rows, kept whatever the cost).
     pub per_thread: bool,

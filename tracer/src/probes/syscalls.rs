@@ -1,4 +1,7 @@
-//! Attaching the mm syscall family (per-syscall totals and syscall causes).
+//! Attaching the mm syscall family (per-syscall totals, `--syscall-times`). The lock programs
+//! name a lock operation's syscall from the registers the thread saved on entry, so that
+//! this family's tracepoints, which slow every syscall on the machine, are attached only when
+//! asked for; its syscall numbers are configured either way.
 
 use anyhow::Result;
 use aya::Ebpf;
@@ -22,7 +25,7 @@ const NUMBERS: [libc::c_long; MM_SYSCALLS.len()] = [
 pub(super) const FAMILY: Family = Family {
     configure: |setup, config| configure(setup.tracefs, config),
     attach: |at, features: &mut Features| {
-        if at.setup.settings.attribution {
+        if at.setup.settings.attribution && at.setup.settings.syscall_times {
             features.syscalls = attach(at.ebpf, at.setup.tracefs, at.links)?;
         }
         Ok(())
