@@ -134,7 +134,11 @@ fn syscall_causes_come_without_syscall_tracepoints() {
         let (result, workload_out) =
             trace_workload(&["churn", "--threads", "2", "--seconds", "2"], &args);
         let report = json(&result.stdout);
-        assert_eq!(report["features"]["syscalls"], false, "{}", report["features"]);
+        assert_eq!(
+            report["features"]["syscalls"], false,
+            "{}",
+            report["features"]
+        );
         assert!(
             report["syscalls"]["munmap"]["count"] == 0,
             "{}",
