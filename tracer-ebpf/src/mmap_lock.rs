@@ -253,7 +253,6 @@ fn on_lock_event<C: LockContext>(ctx: &C, args: LockArgs) -> Result<(), i64> {
     } else {
         Entry::UNKNOWN
     };
-    let faulting = entry.fault;
     let (held_since, held_mode) = (st.timing.hold_start_ns, st.timing.hold_mode);
     let waiting_for_write = st.timing.wait_start_ns != 0 && st.timing.wait_mode == MODE_WRITE;
     let now = unsafe { bpf_ktime_get_ns() };
@@ -269,7 +268,7 @@ fn on_lock_event<C: LockContext>(ctx: &C, args: LockArgs) -> Result<(), i64> {
             // and copying): what the thread spends waiting for the lock, not for the tracer.
             st.timing.wait_start_ns = unsafe { bpf_ktime_get_ns() };
         }
-    } else if faulting {
+    } else if entry.fault {
         st.fault = 1;
     }
     let mut ended = EndedHold::default();
