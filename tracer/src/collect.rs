@@ -468,7 +468,7 @@ pub async fn watch_until_done(
         let copies = source.drain_user_stacks();
         watch.unwind(copies, |id| source.stack(id));
         if let Targets::Pids(pids) = targets {
-            if !pids.iter().any(|&p| procfs::is_alive(p)) {
+            if pids.iter().all(|&p| procfs::process_has_ended(p)) {
                 watch.exited = true;
                 watch.ended_by = "target exited";
                 break;
@@ -594,7 +594,7 @@ impl Watch {
             .mappings
             .keys()
             .copied()
-            .filter(|&pid| !procfs::is_alive(pid))
+            .filter(|&pid| procfs::process_has_ended(pid))
             .collect();
         let long_dead: Vec<u32> = dead
             .intersection(&self.dead_at_last_look)

@@ -273,11 +273,11 @@ impl Server {
             .gone_at_last_fold
             .iter()
             .copied()
-            .filter(|&pid| seen.contains(&pid) && !procfs::is_alive(pid))
+            .filter(|&pid| seen.contains(&pid) && procfs::process_has_ended(pid))
             .collect();
         self.gone_at_last_fold = seen
             .into_iter()
-            .filter(|pid| !gone.contains(pid) && !procfs::is_alive(*pid))
+            .filter(|pid| !gone.contains(pid) && procfs::process_has_ended(*pid))
             .collect();
         if gone.is_empty() {
             return;

@@ -6,7 +6,7 @@ mod common;
 use std::io::{BufRead as _, BufReader};
 use std::process::{Command, Stdio};
 
-use common::{bpf_available, json, serial, tracer, Workload};
+use common::{bpf_available, json, serial, tracer, Tracer, Workload};
 
 #[test]
 fn a_sigterm_while_the_programs_load_still_gives_a_report() {
@@ -38,6 +38,47 @@ fn a_sigterm_while_the_programs_load_still_gives_a_report() {
     );
     let report = json(&std::fs::read_to_string(&report).expect("no report written"));
     assert!(report["duration_ns"].is_u64(), "{report}");
+}
+
+/// A process whose main thread called pthread_exit goes on in its other threads: the trace of it
+/// ends when its last thread does, not when its leader turns zombie, and has every call the
+/// worker made after that.
+#[test]
+fn a_process_whose_leader_exits_first_is_traced_to_its_last_thread() {
+    let test = "a_process_whose_leader_exits_first_is_traced_to_its_last_thread";
+    if !bpf_available(test) {
+        return;
+    }
+    let _serial = serial();
+    let binary = common::build_nofp("leader_exits");
+    let mut target = Workload::spawn_from(&binary, &[]);
+    let pid = target.pid;
+    let mut tracer = Tracer::spawn(&[
+        "-p".into(),
+        pid.to_string(),
+        "--lean".into(),
+        "--format".into(),
+        "json".into(),
+    ]);
+    tracer.wait_attached();
+    target.start();
+    assert_eq!(target.read_line(), "started");
+    let rest = target.finish();
+    let result = tracer.finish();
+    assert!(result.status.success(), "{}", result.stderr);
+    let calls = common::value_of(&rest, "worker_calls");
+    let report = json(&result.stdout);
+    let write_holds: u64 = common::entries(&report)
+        .iter()
+        .filter(|e| e["pid"] == pid && e["kind"] == "hold" && e["mode"] == "write")
+        .map(|e| common::u(&e["count"]))
+        .sum();
+    // Each call's mmap and munmap take the lock for write once each.
+    assert!(
+        write_holds >= 2 * calls,
+        "{write_holds} write holds for the worker's {calls} mmap+munmap calls: the trace \
+         ended with the leader\n{report:#}"
+    );
 }
 
 /// Waits until process `pid` has a SIGTERM handler (SigCgt in /proc/PID/status).

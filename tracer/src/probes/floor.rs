@@ -75,7 +75,7 @@ fn wait_for_targets(pids: &[u32]) -> Result<()> {
             signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
         let mut hangup = signal(SignalKind::hangup()).context("installing SIGHUP handler")?;
         let mut tick = tokio::time::interval(TICK);
-        while pids.iter().any(|&pid| procfs::is_alive(pid)) {
+        while pids.iter().any(|&pid| !procfs::process_has_ended(pid)) {
             tokio::select! {
                 _ = tick.tick() => {}
                 _ = interrupt.recv() => break,

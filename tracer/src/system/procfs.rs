@@ -48,12 +48,35 @@ fn tgid_of(status: &str) -> Option<u32> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-/// True while the process runs; false once it is gone or a zombie (exited, not yet reaped).
-pub fn is_alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+/// True while the thread `tid` (a process's leader included) runs; false once it is gone or a
+/// zombie (exited, not yet reaped). Of a process, [`process_has_ended`] is the question.
+pub fn is_alive(tid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{tid}/stat")) {
         Ok(stat) => !matches!(stat_state(&stat), Some('Z' | 'X')),
         Err(_) => false,
     }
+}
+
+/// True once the whole process `pid` has ended: it is gone, or its leader is a zombie and no
+/// other thread is left. The leader turns zombie as soon as it exits itself, while the process's
+/// other threads may still be running (the leader called pthread_exit) or still be in do_exit,
+/// where exit_mm and the last one's exit_mmap take mmap_lock. Joined threads too:
+/// pthread_join returns when the kernel clears the thread id, before exit_mm.
+pub fn process_has_ended(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat_has_ended(&stat),
+        Err(_) => true,
+    }
+}
+
+/// Field 3 (state) of a leader's /proc/PID/stat is Z or X and field 20 (num_threads, which
+/// counts the zombie leader until it is reaped) says it is alone.
+fn stat_has_ended(stat: &str) -> bool {
+    let leader_exited = matches!(stat_state(stat), Some('Z' | 'X'));
+    let threads: Option<u64> = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(17)?.parse().ok());
+    leader_exited && threads.is_none_or(|n| n <= 1)
 }
 
 /// Minor + major faults (its exited threads included) of `pid`'s threads; with `children`, also those of the children it
@@ -629,9 +652,24 @@ mod tests {
     }
 
     #[test]
+    fn a_process_ends_when_its_zombie_leader_is_alone() {
+        // Fields 3 (state) to 20 (num_threads) of a stat line.
+        let stat = |state: char, threads: u32| {
+            format!("42 (a) b) {state} 1 42 42 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 {threads} 0 99")
+        };
+        assert!(!stat_has_ended(&stat('S', 3)));
+        assert!(!stat_has_ended(&stat('S', 1)));
+        // The leader exited while two threads are still running or still exiting.
+        assert!(!stat_has_ended(&stat('Z', 3)));
+        assert!(stat_has_ended(&stat('Z', 1)));
+        assert!(stat_has_ended(&stat('X', 1)));
+    }
+
+    #[test]
     fn own_process_is_alive_and_named() {
         let me = std::process::id();
         assert!(is_alive(me));
+        assert!(!process_has_ended(me));
         require_process(me).unwrap();
         assert!(comm(me).is_some());
         assert!(thread_count(me) >= 1);
