@@ -465,8 +465,8 @@ impl Cli {
         }
     }
 
-    /// Picks the view. The live view needs a terminal on stdout; it is the default there unless
-    /// the user asked for a report format or file.
+    /// Picks the view. The live view needs a terminal (see `run::live_terminal`); it is the
+    /// default there unless the user asked for a report format or file.
     pub fn view(&self, stdout_is_terminal: bool) -> Result<View> {
         if self.serve().is_some() {
             return Ok(View::Serve);
@@ -474,7 +474,10 @@ impl Cli {
         let interval = self.interval.unwrap_or(DEFAULT_INTERVAL);
         if self.live {
             if !stdout_is_terminal {
-                bail!("--live needs a terminal on stdout (use -i SECS for reports in a pipe)");
+                bail!(
+                    "--live needs a terminal on stdout, and on stdin or /dev/tty for its keys \
+                     (use -i SECS for reports in a pipe)"
+                );
             }
             return Ok(View::Live { interval });
         }

@@ -28,6 +28,20 @@ use crate::system::{
 };
 use tracer_common::Counter;
 
+/// Whether the live view can run here: it draws on stdout and reads its keys from stdin, or
+/// from /dev/tty when stdin is not a terminal (as crossterm does). A serial console or a
+/// service's TTYPath gives a terminal stdout with no controlling terminal: /dev/tty then fails
+/// (ENXIO), and the view would fail only once the programs are attached.
+fn live_terminal() -> bool {
+    std::io::stdout().is_terminal()
+        && (std::io::stdin().is_terminal()
+            || std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open("/dev/tty")
+                .is_ok())
+}
+
 /// Runs one trace; returns the exit status: 0, or a launched command's own.
 pub fn run(cli: Cli) -> Result<i32> {
     if let Some(crate::cli::Action::Generate { what }) = cli.action {
@@ -39,7 +53,7 @@ pub fn run(cli: Cli) -> Result<i32> {
     if let Some(floor) = cli.bench_floor {
         return crate::probes::floor::run(floor, &cli.pid);
     }
-    let view = cli.view(std::io::stdout().is_terminal())?;
+    let view = cli.view(live_terminal())?;
     // Before anything that may start threads: the child is forked from this process.
     let mut launched = launch_held(&mut cli, &view)?;
     // Signals are caught from here on: one that arrives while the programs load ends the

@@ -170,6 +170,31 @@ fn q_exits_well_within_the_refresh_interval() {
     eprintln!("{test}: exited {exited_after:?} after q");
 }
 
+/// A terminal on stdout with no terminal to read keys from (a serial console, a service's
+/// TTYPath: no controlling terminal, stdin elsewhere) gets the report, not a view that fails
+/// once the programs are attached (it failed with ENXIO from /dev/tty).
+#[test]
+fn a_terminal_without_keys_gets_the_report_instead_of_the_view() {
+    let test = "a_terminal_without_keys_gets_the_report_instead_of_the_view";
+    if !bpf_available(test) || !tmux_available(test) {
+        return;
+    }
+    let _serial = serial();
+    let workload = churn();
+    let command = format!(
+        "setsid -w {} < /dev/null",
+        live_view(workload.0.pid, "-d 2 -n 1")
+    );
+    let pane = Pane::start("nokeys", 160, 45, &command);
+    pane.wait_for("tracer-exit=", ATTACH_WITHIN);
+    let history = pane.tmux(&["capture-pane", "-p", "-S", "-"]);
+    assert!(history.contains("tracer-exit=0"), "{history}");
+    assert!(
+        history.contains("waiting for mmap_lock:") && history.contains("acquired"),
+        "no text report:\n{history}"
+    );
+}
+
 /// A `human_ns` value back in nanoseconds.
 fn ns(number: &str, unit: &str) -> f64 {
     let v: f64 = number.trim_start_matches('≤').parse().unwrap();

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, Context as _, Result};
 use ratatui::{
     backend::Backend,
     crossterm::event::{self, Event, KeyEvent, KeyEventKind},
@@ -57,7 +57,9 @@ impl LiveView {
     /// Takes over the terminal (raw mode, alternate screen, and a panic hook that gives it
     /// back) and starts the input and UI threads.
     pub fn start(windows: Windows, every: Duration, per_thread: bool) -> Result<Self> {
-        let mut terminal = ratatui::try_init()?;
+        let mut terminal = ratatui::try_init().context(
+            "starting the live view on this terminal (--no-live gives a report instead)",
+        )?;
         let (to_ui, inputs) = mpsc::channel();
         let (to_collector, commands) = mpsc::channel();
         let input_stop = Arc::new(AtomicBool::new(false));
