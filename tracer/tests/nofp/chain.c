@@ -11,6 +11,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "gate.h"
+
 #define THREADS 4
 #define ITERATIONS 400
 #define REGION (1 << 20)
@@ -55,14 +57,7 @@ __attribute__((noinline)) static void *chain_outer(void *arg) {
 int main(int argc, char **argv) {
     if (argc > 1)
         iterations = atoi(argv[1]);
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGUSR1);
-    pthread_sigmask(SIG_BLOCK, &set, NULL);
-    printf("ready pid=%d\n", getpid());
-    fflush(stdout);
-    int sig;
-    sigwait(&set, &sig);
+    ready_then_wait_for_sigusr1();
     pthread_t threads[THREADS];
     for (int i = 0; i < THREADS; i++)
         pthread_create(&threads[i], NULL, chain_outer, NULL);

@@ -20,6 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "gate.h"
+
 #define HOLDER_CALLS 40
 #define WORKERS 4
 #define WORKER_CALLS 4000
@@ -76,14 +78,7 @@ __attribute__((noinline)) static void *worker_main(void *arg) {
 }
 
 int main(void) {
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGUSR1);
-    pthread_sigmask(SIG_BLOCK, &set, NULL);
-    printf("ready pid=%d\n", getpid());
-    fflush(stdout);
-    int sig;
-    sigwait(&set, &sig);
+    ready_then_wait_for_sigusr1();
     pthread_t holder, workers[WORKERS];
     pthread_create(&holder, NULL, holder_main, NULL);
     pthread_join(holder, NULL);

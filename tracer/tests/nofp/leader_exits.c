@@ -15,6 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "gate.h"
+
 #define WORKER_CALLS 500
 #define REGION (64 << 10)
 
@@ -37,14 +39,7 @@ static void *worker_main(void *arg) {
 }
 
 int main(void) {
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGUSR1);
-    pthread_sigmask(SIG_BLOCK, &set, NULL);
-    printf("ready pid=%d\n", getpid());
-    fflush(stdout);
-    int sig;
-    sigwait(&set, &sig);
+    ready_then_wait_for_sigusr1();
     printf("started\n");
     fflush(stdout);
     pthread_t worker;
