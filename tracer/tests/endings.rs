@@ -51,7 +51,7 @@ fn a_process_whose_leader_exits_first_is_traced_to_its_last_thread() {
     }
     let _serial = serial();
     let binary = common::build_nofp("leader_exits");
-    let mut target = Workload::spawn_from(&binary, &[]);
+    let mut target = Workload::spawn_command(Command::new(&binary));
     let pid = target.pid;
     let mut tracer = Tracer::spawn(&[
         "-p".into(),

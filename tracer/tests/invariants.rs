@@ -7,9 +7,9 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 
-use common::{bpf_available, entries, json, serial, trace_workload, u, Tracer};
+use common::{bpf_available, entries, json, serial, trace_workload, u, Tracer, Workload};
 use serde_json::Value;
 use tracer::model::invariants::check_json;
 
@@ -106,27 +106,14 @@ fn a_thread_is_never_given_more_calls_than_it_made() {
     }
     let _serial = serial();
     let binary = common::build_nofp("holder");
-    let mut workload = Command::new(&binary)
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawning the no-frame-pointer workload");
-    let mut stdout = std::io::BufReader::new(workload.stdout.take().unwrap());
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
-    let pid: u32 = line
-        .trim()
-        .strip_prefix("ready pid=")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .parse()
-        .unwrap();
+    let workload = Workload::spawn_command(Command::new(&binary));
+    let pid = workload.pid;
     let mut args = vec!["-p".to_string(), pid.to_string()];
     args.extend(SAMPLED_STACKS.iter().map(|s| s.to_string()));
     let mut tracer = Tracer::spawn(&args);
     tracer.wait_attached();
-    unsafe { libc::kill(pid as i32, libc::SIGUSR1) };
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
-    assert!(workload.wait().unwrap().success());
+    workload.start();
+    let rest = workload.finish();
     let result = tracer.finish();
     assert!(
         result.status.success(),

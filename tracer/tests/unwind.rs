@@ -4,9 +4,9 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 
-use common::{bpf_available, Tracer};
+use common::{bpf_available, Tracer, Workload};
 use serde_json::Value;
 
 /// The workload's functions, innermost first, between libc's wrapper and the thread's start.
@@ -59,20 +59,10 @@ fn trace_chain_workload() -> Run {
     // 400 rounds are 400 000 events, each stack copied and unwound; under emulation that is
     // tens of minutes, so fewer rounds there (the chains are the same in each).
     let rounds = if common::slowdown() > 1 { 10 } else { 400 };
-    let mut workload = Command::new(&binary)
-        .arg(rounds.to_string())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawning the no-frame-pointer workload");
-    let mut stdout = std::io::BufReader::new(workload.stdout.take().unwrap());
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
-    let pid: u32 = line
-        .trim()
-        .strip_prefix("ready pid=")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .parse()
-        .unwrap();
+    let mut chain = Command::new(&binary);
+    chain.arg(rounds.to_string());
+    let workload = Workload::spawn_command(chain);
+    let pid = workload.pid;
     let dir = tempfile::tempdir().unwrap();
     let timeline = dir.path().join("timeline.json");
     let args: Vec<String> = [
@@ -95,8 +85,8 @@ fn trace_chain_workload() -> Run {
     .collect();
     let mut tracer = Tracer::spawn(&args);
     tracer.wait_attached();
-    unsafe { libc::kill(pid as i32, libc::SIGUSR1) };
-    assert!(workload.wait().unwrap().success());
+    workload.start();
+    workload.finish();
     let result = tracer.finish();
     assert!(
         result.status.success(),

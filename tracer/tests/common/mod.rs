@@ -136,12 +136,19 @@ impl Workload {
 
     /// Runs the workload from a copy of its binary at `binary` (one the test then deletes, say).
     pub fn spawn_from(binary: &std::path::Path, args: &[&str]) -> Self {
-        let mut child = Command::new(binary)
-            .arg("--wait-signal")
-            .args(args)
+        let mut command = Command::new(binary);
+        command.arg("--wait-signal").args(args);
+        Self::spawn_command(command)
+    }
+
+    /// Runs `command`, a program that keeps the workload's start protocol (`ready pid=N`, then
+    /// the work at SIGUSR1): the bundled workload, or one of the tests' C programs
+    /// (tests/nofp/gate.h).
+    pub fn spawn_command(mut command: Command) -> Self {
+        let mut child = command
             .stdout(Stdio::piped())
             .spawn()
-            .expect("spawning workload");
+            .unwrap_or_else(|err| panic!("spawning {command:?}: {err}"));
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();
         stdout.read_line(&mut line).unwrap();
