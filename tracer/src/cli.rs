@@ -465,15 +465,16 @@ impl Cli {
         }
     }
 
-    /// Picks the view. The live view needs a terminal (see `run::live_terminal`); it is the
-    /// default there unless the user asked for a report format or file.
-    pub fn view(&self, stdout_is_terminal: bool) -> Result<View> {
+    /// Picks the view. The live view needs a terminal to draw on and read keys from
+    /// (`terminal`, see `run::live_terminal`); it is the default there unless the user asked
+    /// for a report format or file.
+    pub fn view(&self, terminal: bool) -> Result<View> {
         if self.serve().is_some() {
             return Ok(View::Serve);
         }
         let interval = self.interval.unwrap_or(DEFAULT_INTERVAL);
         if self.live {
-            if !stdout_is_terminal {
+            if !terminal {
                 bail!(
                     "--live needs a terminal on stdout, and on stdin or /dev/tty for its keys \
                      (use -i SECS for reports in a pipe)"
@@ -482,7 +483,7 @@ impl Cli {
             return Ok(View::Live { interval });
         }
         let asked_for_report = self.format.is_some() || self.output.is_some();
-        if stdout_is_terminal && !self.no_live && !asked_for_report {
+        if terminal && !self.no_live && !asked_for_report {
             return Ok(View::Live { interval });
         }
         match self.interval {
