@@ -34,11 +34,23 @@ pub fn require_process(pid: u32) -> Result<()> {
 /// PF_KTHREAD in the flags of /proc/PID/stat (include/linux/sched.h).
 const PF_KTHREAD: u64 = 0x0020_0000;
 
+/// Field `number` of a /proc/PID/stat line, numbered as in proc(5) (3 is the state), for
+/// numbers from 3: they follow the last ')', since comm may hold spaces and parentheses.
+fn stat_field(stat: &str, number: usize) -> Option<&str> {
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(number.checked_sub(3)?)
+}
+
+/// A numeric field of a /proc/PID/stat line (see `stat_field`).
+fn stat_number(stat: &str, number: usize) -> Option<u64> {
+    stat_field(stat, number)?.parse().ok()
+}
+
 /// Field 9 (flags) of /proc/PID/stat.
 fn stat_flags(stat: &str) -> Option<u64> {
-    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    // Field 3 (state) is fields[0]: flags (9) is fields[6].
-    fields.get(6)?.parse().ok()
+    stat_number(stat, 9)
 }
 
 fn tgid_of(status: &str) -> Option<u32> {
@@ -73,10 +85,7 @@ pub fn process_has_ended(pid: u32) -> bool {
 /// counts the zombie leader until it is reaped) says it is alone.
 fn stat_has_ended(stat: &str) -> bool {
     let leader_exited = matches!(stat_state(stat), Some('Z' | 'X'));
-    let threads: Option<u64> = stat
-        .rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().nth(17)?.parse().ok());
-    leader_exited && threads.is_none_or(|n| n <= 1)
+    leader_exited && stat_number(stat, 20).is_none_or(|threads| threads <= 1)
 }
 
 /// Minor + major faults (its exited threads included) of `pid`'s threads; with `children`, also those of the children it
@@ -88,21 +97,19 @@ pub fn faults_taken(pid: u32, children: bool) -> Option<u64> {
 }
 
 fn stat_faults(stat: &str, children: bool) -> Option<u64> {
-    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    let field = |i: usize| -> Option<u64> { fields.get(i)?.parse().ok() };
-    // Field 3 (state) is fields[0]: minflt (10) is fields[7], cminflt (11) fields[8], majflt
-    // (12) fields[9], cmajflt (13) fields[10].
-    let own = field(7)? + field(9)?;
+    let field = |number: usize| stat_number(stat, number);
+    // minflt (10), cminflt (11), majflt (12), cmajflt (13).
+    let own = field(10)? + field(12)?;
     Some(if children {
-        own + field(8)? + field(10)?
+        own + field(11)? + field(13)?
     } else {
         own
     })
 }
 
-/// The state letter of /proc/PID/stat: after the last ')' (comm may contain spaces and parens).
+/// The state letter of /proc/PID/stat (field 3).
 fn stat_state(stat: &str) -> Option<char> {
-    stat.rsplit_once(')')?.1.trim_start().chars().next()
+    stat_field(stat, 3)?.chars().next()
 }
 
 pub fn thread_count(pid: u32) -> usize {
@@ -135,9 +142,7 @@ pub fn thread_start_ns(pid: u32, tid: u32) -> Option<u64> {
 
 /// Field 22 (starttime) of /proc/PID/stat.
 fn stat_start_ticks(stat: &str) -> Option<u64> {
-    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    // Field 3 (state) is fields[0]: starttime (22) is fields[19].
-    fields.get(19)?.parse().ok()
+    stat_number(stat, 22)
 }
 
 /// CLOCK_MONOTONIC in ns: the clock of bpf_ktime_get_ns and task start times.
