@@ -46,6 +46,19 @@ pub enum BenchFloor {
     Btf,
 }
 
+/// How the report's self-cost is measured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SelfCostArg {
+    /// The kernel's BPF run-time statistics on a tenth of the time (50 ms of every 500 ms),
+    /// extrapolated to the whole trace.
+    Sampled,
+    /// The statistics on for the whole trace: every run counted, at two clock reads per run
+    /// (3-5% of a lock-bound target's throughput).
+    Full,
+    /// Not measured.
+    Off,
+}
+
 /// How the trace is shown while it runs.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum View {
@@ -232,6 +245,11 @@ pub struct Cli {
     /// either way).
     #[arg(long, conflicts_with = "lean")]
     pub syscall_times: bool,
+
+    /// How the report's self-cost (the tracer's programs' events/s, ns per run and the time
+    /// they add to the traced threads) is measured.
+    #[arg(long, value_enum, default_value_t = SelfCostArg::Sampled, value_name = "HOW")]
+    pub self_cost: SelfCostArg,
 
     /// Same as --user-stack none (kept for older scripts).
     #[arg(long, hide = true)]

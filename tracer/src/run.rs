@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use anyhow::{Context as _, Result};
 
-use crate::cli::{Cli, UserStackArg, View};
+use crate::cli::{Cli, SelfCostArg, UserStackArg, View};
 use crate::collect::{
     snapshot_of, watch_until_done, NoSink, Source as _, Stops, Targets, Watch, Windows,
 };
@@ -17,7 +17,7 @@ use crate::launch::{Identity, Launched};
 use crate::live;
 use crate::model::unwound::CopyStats;
 use crate::model::{build_report, delta, timeline, Harvest, TraceMeta};
-use crate::probes::{ProbeSettings, Probes, StackCopySettings};
+use crate::probes::{ProbeSettings, Probes, SelfCostMode, StackCopySettings};
 use crate::symbolize::StackSymbolizer;
 use crate::system::{
     btf::KernelOffsets,
@@ -253,6 +253,11 @@ fn probe_settings(
             && !inherit
             && cli.pid.len() <= tracer_common::FAST_TARGETS,
         inherit,
+        self_cost: match cli.self_cost {
+            SelfCostArg::Sampled => SelfCostMode::Sampled,
+            SelfCostArg::Full => SelfCostMode::Full,
+            SelfCostArg::Off => SelfCostMode::Off,
+        },
         target_threads: if targets.is_system_wide() {
             procfs::machine_threads()
         } else {

@@ -25,11 +25,12 @@ fn every_program_reports_its_runs_and_the_lock_programs_ran_for_every_acquisitio
         return;
     }
     let _serial = serial();
-    let (result, _) = trace_workload(&CHURN, &["--format", "json", "-v"]);
+    let (result, _) = trace_workload(&CHURN, &["--format", "json", "-v", "--self-cost", "full"]);
     let report = json(&result.stdout);
     let cost = &report["self_cost"];
     assert_eq!(cost["available"], true, "{cost}");
     assert!(cost.get("reason").is_none(), "{cost}");
+    assert_eq!(cost["counted_share"], 1.0, "{cost}");
 
     let mut runs = 0;
     let mut run_time_ns = 0;
@@ -95,5 +96,67 @@ fn every_program_reports_its_runs_and_the_lock_programs_ran_for_every_acquisitio
         maps.iter().any(|l| l.contains("max_entries")),
         "{}",
         result.stderr
+    );
+}
+
+/// Two seconds of lock operations, a tenth of them counted.
+const FILES: [&str; 11] = [
+    "files",
+    "--method",
+    "mmap",
+    "--threads",
+    "2",
+    "--files",
+    "400",
+    "--file-size",
+    "4K-16K",
+    "--seconds",
+    "2",
+];
+
+#[test]
+fn sampled_self_cost_counts_a_share_of_the_trace_and_extrapolates_from_it() {
+    if !bpf_available("sampled_self_cost_counts_a_share_of_the_trace_and_extrapolates_from_it") {
+        return;
+    }
+    let _serial = serial();
+    let (result, _) = trace_workload(&FILES, &["--format", "json"]);
+    let report = json(&result.stdout);
+    let cost = &report["self_cost"];
+    assert_eq!(cost["available"], true, "{cost}");
+    // 50 ms of every 500 ms; the first window opens at load, before arming.
+    let share = cost["counted_share"].as_f64().unwrap();
+    assert!(share > 0.04 && share < 0.3, "counted share {share}: {cost}");
+
+    let duration_ns = u(&report["duration_ns"]) as f64;
+    let counted_ns = share * duration_ns;
+    let runs: u64 = programs(&report).iter().map(|p| u(&p["runs"])).sum();
+    let run_time_ns: u64 = programs(&report).iter().map(|p| u(&p["run_time_ns"])).sum();
+    let rate = cost["events_per_second"].as_f64().unwrap();
+    let counted_rate = runs as f64 * 1e9 / counted_ns;
+    assert!(
+        (rate - counted_rate).abs() <= counted_rate * 1e-6,
+        "{rate} vs {counted_rate}"
+    );
+    let added = u(&cost["added_ns"]) as f64;
+    let extrapolated = run_time_ns as f64 / share;
+    assert!(
+        (added - extrapolated).abs() <= extrapolated * 1e-6 + 1.0,
+        "{added} vs {extrapolated}"
+    );
+
+    // start_locking runs once per lock operation that is not a trylock: extrapolated from the
+    // counted share, within a factor of three of the operations the trace counted (a share
+    // that did not match the time counted would be off by ten).
+    let totals = &report["totals"];
+    let operations = u(&totals["write"]["acquisitions"]) as f64;
+    let start_locking = programs(&report)
+        .iter()
+        .find(|p| p["name"].as_str().unwrap().ends_with("start_locking"))
+        .map(|p| u(&p["runs"]) as f64 / share)
+        .expect("a start_locking program");
+    assert!(
+        start_locking > operations / 3.0 && start_locking < operations * 3.0,
+        "start_locking ran about {start_locking:.0} times for {operations} write acquisitions"
     );
 }

@@ -16,8 +16,15 @@ pub struct ProgramRuns {
 /// The programs' run statistics as read with a harvest.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RunStats {
-    /// Per loaded program.
+    /// Per loaded program, every run counted.
     Counted(Vec<ProgramRuns>),
+    /// Per loaded program, counted only while the statistics were on (`--self-cost sampled`):
+    /// `counted_ns` of the trace. Counting costs every run two clock reads, a few percent of a
+    /// lock-bound target's throughput; a tenth of the time costs a tenth of that.
+    Sampled {
+        programs: Vec<ProgramRuns>,
+        counted_ns: u64,
+    },
     /// The kernel does not count them for us, and why (one line for the report).
     Unavailable(String),
 }
@@ -32,11 +39,29 @@ impl Default for RunStats {
 /// What the programs ran after `before` and up to `now` (cumulative readings of one trace). A
 /// program missing from `before` ran all of its counts in the window.
 pub fn since(now: &RunStats, before: &RunStats) -> RunStats {
-    let (RunStats::Counted(now), RunStats::Counted(before)) = (now, before) else {
-        return now.clone();
-    };
-    let window = now
-        .iter()
+    match (now, before) {
+        (RunStats::Counted(now), RunStats::Counted(before)) => {
+            RunStats::Counted(programs_since(now, before))
+        }
+        (
+            RunStats::Sampled {
+                programs: now,
+                counted_ns,
+            },
+            RunStats::Sampled {
+                programs: before,
+                counted_ns: before_ns,
+            },
+        ) => RunStats::Sampled {
+            programs: programs_since(now, before),
+            counted_ns: counted_ns.saturating_sub(*before_ns),
+        },
+        _ => now.clone(),
+    }
+}
+
+fn programs_since(now: &[ProgramRuns], before: &[ProgramRuns]) -> Vec<ProgramRuns> {
+    now.iter()
         .map(|p| {
             let old = before.iter().find(|o| o.name == p.name);
             ProgramRuns {
@@ -47,8 +72,7 @@ pub fn since(now: &RunStats, before: &RunStats) -> RunStats {
                     .saturating_sub(old.map_or(0, |o| o.run_time_ns)),
             }
         })
-        .collect();
-    RunStats::Counted(window)
+        .collect()
 }
 
 /// The report's self-cost section. Field names are the JSON schema (README, "JSON output").
@@ -63,8 +87,13 @@ pub struct SelfCost {
     /// Program runs per second over the window; null when not available (not measured is not
     /// free).
     pub events_per_second: Option<f64>,
-    /// Run time of every program over the window: time added to the threads that hit the events.
+    /// Run time of every program over the window: time added to the threads that hit the events
+    /// (estimated from the counted part when sampled).
     pub added_ns: Option<u64>,
+    /// The part of the window the statistics counted: 1 when every run was counted; else the
+    /// programs' `runs` and `run_time_ns` are of that part, and the rates and `added_ns`
+    /// extrapolate from it.
+    pub counted_share: Option<f64>,
     /// `added_ns` / the traced threads' time; null when either is unknown.
     pub added_share: Option<f64>,
 }
@@ -85,26 +114,30 @@ impl SelfCost {
 
     /// Average run time over every program's runs, when available.
     pub fn ns_per_event(&self) -> Option<u64> {
-        self.added_ns.map(|ns| per_run(ns, self.runs()))
+        let counted_ns: u64 = self.programs.iter().map(|p| p.run_time_ns).sum();
+        self.available.then(|| per_run(counted_ns, self.runs()))
+    }
+
+    /// Whether only part of the window was counted.
+    pub fn sampled(&self) -> bool {
+        self.counted_share.is_some_and(|share| share < 1.0)
     }
 }
 
 /// The self-cost of a window `duration_ns` long in which the traced threads lived
 /// `thread_time_ns` (0: not known).
 pub fn self_cost(stats: &RunStats, duration_ns: u64, thread_time_ns: u64) -> SelfCost {
-    let programs = match stats {
-        RunStats::Unavailable(why) => {
-            return SelfCost {
-                available: false,
-                reason: Some(why.clone()),
-                programs: Vec::new(),
-                events_per_second: None,
-                added_ns: None,
-                added_share: None,
-            }
-        }
-        RunStats::Counted(programs) => programs,
+    let (programs, counted_ns) = match stats {
+        RunStats::Unavailable(why) => return unavailable(why.clone()),
+        RunStats::Counted(programs) => (programs, duration_ns),
+        RunStats::Sampled {
+            programs,
+            counted_ns,
+        } => (programs, (*counted_ns).min(duration_ns)),
     };
+    if counted_ns == 0 && duration_ns > 0 {
+        return unavailable("no run counted yet: the statistics are sampled".into());
+    }
     let mut programs: Vec<ProgramCost> = programs
         .iter()
         .map(|p| ProgramCost {
@@ -116,18 +149,42 @@ pub fn self_cost(stats: &RunStats, duration_ns: u64, thread_time_ns: u64) -> Sel
         .collect();
     programs.sort_by(|a, b| b.run_time_ns.cmp(&a.run_time_ns).then(a.name.cmp(&b.name)));
     let runs: u64 = programs.iter().map(|p| p.runs).sum();
-    let added_ns: u64 = programs.iter().map(|p| p.run_time_ns).sum();
+    let counted_run_ns: u64 = programs.iter().map(|p| p.run_time_ns).sum();
+    // The counted part stands for the whole window.
+    let scale = if counted_ns == 0 {
+        1.0
+    } else {
+        duration_ns as f64 / counted_ns as f64
+    };
+    let added_ns = (counted_run_ns as f64 * scale).round() as u64;
     SelfCost {
         available: true,
         reason: None,
         programs,
-        events_per_second: Some(if duration_ns == 0 {
+        events_per_second: Some(if counted_ns == 0 {
             0.0
         } else {
-            runs as f64 * 1e9 / duration_ns as f64
+            runs as f64 * 1e9 / counted_ns as f64
         }),
         added_ns: Some(added_ns),
         added_share: (thread_time_ns > 0).then(|| added_ns as f64 / thread_time_ns as f64),
+        counted_share: Some(if duration_ns == 0 {
+            1.0
+        } else {
+            counted_ns as f64 / duration_ns as f64
+        }),
+    }
+}
+
+fn unavailable(why: String) -> SelfCost {
+    SelfCost {
+        available: false,
+        reason: Some(why),
+        programs: Vec::new(),
+        events_per_second: None,
+        added_ns: None,
+        added_share: None,
+        counted_share: None,
     }
 }
 
@@ -190,6 +247,57 @@ pub(crate) mod tests {
         assert_eq!(cost.added_ns, Some(1_000_000));
         assert_eq!(cost.added_share, Some(0.00025));
         assert_eq!((cost.runs(), cost.ns_per_event()), (4_000, Some(250)));
+        assert_eq!(cost.counted_share, Some(1.0));
+        assert!(!cost.sampled());
+    }
+
+    #[test]
+    fn sampled_counts_stand_for_the_whole_window() {
+        // Counted 0.2 s of a 2 s window: 400 runs there are 2 000 a second, and their 100 us
+        // of run time about 1 ms over the window.
+        let stats = RunStats::Sampled {
+            programs: vec![runs("cheap", 300, 30_000), runs("dear", 100, 70_000)],
+            counted_ns: 200_000_000,
+        };
+        let cost = self_cost(&stats, 2_000_000_000, 4_000_000_000);
+        assert!(cost.available && cost.sampled());
+        assert_eq!(cost.counted_share, Some(0.1));
+        assert_eq!(cost.events_per_second, Some(2_000.0));
+        assert_eq!(cost.added_ns, Some(1_000_000));
+        assert_eq!(cost.added_share, Some(0.00025));
+        assert_eq!((cost.runs(), cost.ns_per_event()), (400, Some(250)));
+        let per_run: Vec<_> = cost.programs.iter().map(|p| p.ns_per_run).collect();
+        assert_eq!(per_run, [700, 100], "the counted runs, as they are");
+    }
+
+    #[test]
+    fn a_window_with_nothing_counted_yet_is_unavailable() {
+        let stats = RunStats::Sampled {
+            programs: vec![runs("p", 0, 0)],
+            counted_ns: 0,
+        };
+        let cost = self_cost(&stats, 1_000_000_000, 1);
+        assert!(!cost.available);
+        assert!(cost.reason.unwrap().contains("sampled"));
+    }
+
+    #[test]
+    fn sampled_windows_subtract_the_counted_time_too() {
+        let before = RunStats::Sampled {
+            programs: vec![runs("released", 10, 7_000)],
+            counted_ns: 50,
+        };
+        let now = RunStats::Sampled {
+            programs: vec![runs("released", 25, 17_500)],
+            counted_ns: 120,
+        };
+        assert_eq!(
+            since(&now, &before),
+            RunStats::Sampled {
+                programs: vec![runs("released", 15, 10_500)],
+                counted_ns: 70,
+            }
+        );
     }
 
     #[test]

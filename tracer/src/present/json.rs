@@ -49,6 +49,7 @@ mod tests {
         );
         assert_eq!(cost["events_per_second"], 8000.0);
         assert_eq!(cost["added_ns"], 4_400_000);
+        assert_eq!(cost["counted_share"], 1.0, "every run counted");
     }
 
     #[test]
@@ -61,7 +62,7 @@ mod tests {
             v["self_cost"],
             serde_json::json!({"available": false, "reason": "no BPF_ENABLE_STATS",
                 "programs": [], "events_per_second": null, "added_ns": null,
-                "added_share": null})
+                "added_share": null, "counted_share": null})
         );
     }
 }

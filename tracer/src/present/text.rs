@@ -549,10 +549,16 @@ fn self_cost(out: &mut String, cost: &SelfCost) {
     let share = cost.added_share.map_or(String::new(), |share| {
         format!(", {:.2}% of the traced threads' time", share * 100.0)
     });
+    let counted = match cost.counted_share {
+        Some(share) if cost.sampled() => {
+            format!(" counted in the {:.0}% of the trace sampled", share * 100.0)
+        }
+        _ => String::new(),
+    };
     let _ = writeln!(
         out,
-        "Self-cost: {rate:.0} events/s ({} program runs), about {} added to the threads that hit \
-         them{share}",
+        "Self-cost: {rate:.0} events/s ({} program runs{counted}), about {} added to the \
+         threads that hit them{share}",
         cost.runs(),
         human_ns(added_ns)
     );

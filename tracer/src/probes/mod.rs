@@ -13,6 +13,7 @@ mod object_names;
 mod pending;
 mod sched;
 mod self_cost;
+pub use self_cost::SelfCostMode;
 #[cfg(test)]
 mod stack_chains;
 mod syscalls;
@@ -132,6 +133,8 @@ pub struct ProbeSettings {
     pub target_threads: usize,
     /// `-- CMD`: the processes the targets fork are traced too (never with target slots).
     pub inherit: bool,
+    /// How the programs' runs are counted for the self-cost.
+    pub self_cost: SelfCostMode,
 }
 
 /// Processes of a traced command's tree alive at once that can be traced (inherit).
@@ -493,7 +496,7 @@ impl Probes {
             features,
             slots: settings.target_slots.then(Vec::new),
             lean_array: settings.target_slots && !settings.attribution && !settings.per_thread,
-            run_stats: self_cost::RunTimeStats::enable(),
+            run_stats: self_cost::RunTimeStats::enable(settings.self_cost),
             trace_start_ns: 0,
             classic_links,
             agg_capacity: settings.max_entries as usize,
