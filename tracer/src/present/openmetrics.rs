@@ -12,7 +12,8 @@
 //! - `mmapsem_trace_lost_events_total{counter}`: every drop and unpaired-event counter, and
 //!   `series_cap` for operations left out of series past `--max-series`;
 //! - `mmapsem_trace_program_runs_total`, `mmapsem_trace_program_run_seconds_total`
-//!   `{program}`: what the tracer's own programs cost the threads that hit their events.
+//!   `{program}`: what the tracer's own programs cost the threads that hit their events, as
+//!   counted in the share of the trace `mmapsem_trace_program_stats_counted_ratio`.
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric as _, NoLabelSet};
@@ -217,6 +218,16 @@ impl Scrape {
             let counter = ConstCounter::new(program.run_time_ns as f64 / 1e9);
             counter.encode(time.encode_family(&[("program", program.name.as_str())])?)?;
         }
+        if let Some(share) = self.since_start.self_cost.counted_share {
+            let gauge = ConstGauge::new(share);
+            gauge.encode(encoder.encode_descriptor(
+                "mmapsem_trace_program_stats_counted_ratio",
+                "Share of the trace in which bpf_stats counted the program runs and run time \
+                 above (1 with --self-cost full; else sampled)",
+                None,
+                MetricType::Gauge,
+            )?)?;
+        }
         Ok(())
     }
 }
@@ -304,6 +315,32 @@ mod tests {
             "{text}"
         );
         assert!(text.trim_end().ends_with("# EOF"), "{text}");
+    }
+
+    #[test]
+    fn sampled_program_costs_come_with_the_share_counted() {
+        use crate::model::self_cost::{tests::runs, RunStats};
+        let harvest = Harvest {
+            run_stats: RunStats::Sampled {
+                programs: vec![runs("btf_released", 10, 7_000)],
+                counted_ns: 100_000_000,
+            },
+            ..Harvest::default()
+        };
+        let meta = TraceMeta {
+            duration_ns: 1_000_000_000,
+            ..TraceMeta::default()
+        };
+        let report = build_report(&harvest, &Default::default(), &meta);
+        let text = render(&Series::default(), 10, &report, Exposition::PrometheusText);
+        assert!(
+            text.contains(r#"mmapsem_trace_program_runs_total{program="btf_released"} 10"#),
+            "{text}"
+        );
+        assert!(
+            text.contains("mmapsem_trace_program_stats_counted_ratio 0.1"),
+            "{text}"
+        );
     }
 
     #[test]
