@@ -551,7 +551,7 @@ fn self_cost(out: &mut String, cost: &SelfCost) {
     });
     let counted = match cost.counted_share {
         Some(share) if cost.sampled() => {
-            format!(" counted in the {:.0}% of the trace sampled", share * 100.0)
+            format!(", counted in the {:.0}% of the time sampled", share * 100.0)
         }
         _ => String::new(),
     };
@@ -744,6 +744,26 @@ mod tests {
         assert!(lines[4].starts_with("(an estimate"), "{section}");
         assert!(lines[5].starts_with(" so it counts"), "{section}");
         assert_eq!(lines.len(), 6, "the report ends there: {section}");
+    }
+
+    #[test]
+    fn sampled_self_cost_says_what_share_it_counted() {
+        let (mut harvest, symbols, meta) = sample();
+        let RunStats::Counted(programs) = harvest.run_stats.clone() else {
+            panic!("the sample counts every run")
+        };
+        harvest.run_stats = RunStats::Sampled {
+            programs,
+            counted_ns: meta.duration_ns / 10,
+        };
+        let text = render(&build_report(&harvest, &symbols, &meta), 10);
+        assert!(
+            text.contains(
+                "\nSelf-cost: 80000 events/s (8000 program runs, counted in the 10% of the time \
+                 sampled), about 44.00 ms added to the threads that hit them, "
+            ),
+            "{text}"
+        );
     }
 
     #[test]
