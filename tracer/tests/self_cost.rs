@@ -120,13 +120,22 @@ fn sampled_self_cost_counts_a_share_of_the_trace_and_extrapolates_from_it() {
         return;
     }
     let _serial = serial();
-    let (result, _) = trace_workload(&FILES, &["--format", "json"]);
+    let (result, _) = trace_workload(&FILES, &["--format", "json", "-v"]);
     let report = json(&result.stdout);
     let cost = &report["self_cost"];
     assert_eq!(cost["available"], true, "{cost}");
-    // 50 ms of every 500 ms; the first window opens at load, before arming.
     let share = cost["counted_share"].as_f64().unwrap();
-    assert!(share > 0.04 && share < 0.3, "counted share {share}: {cost}");
+    if result
+        .stderr
+        .contains("counting throughout instead of sampling")
+    {
+        // Where flipping the statistics is dear (QEMU's TCG: milliseconds of text patching
+        // each time), they stay on, and the tracer says so.
+        assert!(share > 0.9, "counted share {share}: {cost}");
+    } else {
+        // 50 ms of every 500 ms; the first window opens at load, before arming.
+        assert!(share > 0.04 && share < 0.3, "counted share {share}: {cost}");
+    }
 
     let duration_ns = u(&report["duration_ns"]) as f64;
     let counted_ns = share * duration_ns;

@@ -29,6 +29,12 @@ pub enum SelfCostMode {
 /// window of the live view (a second) still sees two samples.
 const SAMPLE_ON: Duration = Duration::from_millis(50);
 const SAMPLE_PERIOD: Duration = Duration::from_millis(500);
+/// Turning the statistics on or off patches the kernel's text at every site of their static
+/// key, with rounds of IPIs to every CPU: 0.15-0.3 ms on this machine (a KVM guest), 4-11 ms
+/// under QEMU's TCG, where flipping four times a second stalled a target enough to change which
+/// of its holds was the longest. Where one flip takes longer than this, the statistics stay on
+/// instead: counting costs the target less than flipping does.
+const FLIP_LIMIT: Duration = Duration::from_millis(1);
 
 /// Whether the kernel is counting the programs' runs for this trace.
 pub(super) enum RunTimeStats {
@@ -64,8 +70,9 @@ impl RunTimeStats {
         if sysctl_on() {
             return counting(None, None);
         }
+        let flip = Instant::now();
         let err = match aya::sys::enable_stats(Stats::RunTime) {
-            Ok(fd) if mode == SelfCostMode::Sampled => {
+            Ok(fd) if mode == SelfCostMode::Sampled && flips_cheaply(flip.elapsed()) => {
                 return counting(Some(Sampler::start(fd)), None)
             }
             Ok(fd) => return counting(None, Some(fd)),
@@ -81,6 +88,20 @@ impl RunTimeStats {
         log::info!("self-cost unavailable: {why}");
         RunTimeStats::Unavailable(why)
     }
+}
+
+/// Whether a flip of the statistics that took `flip` is cheap enough to sample with; logs the
+/// choice when it is not.
+fn flips_cheaply(flip: Duration) -> bool {
+    let cheap = flip <= FLIP_LIMIT;
+    if !cheap {
+        log::info!(
+            "self-cost: turning bpf_stats on or off took {:.1} ms here (the kernel patches its \
+             text): counting throughout instead of sampling",
+            flip.as_secs_f64() * 1e3
+        );
+    }
+    cheap
 }
 
 fn sysctl_on() -> bool {
@@ -156,34 +177,45 @@ fn lock(clock: &Mutex<SampleClock>) -> std::sync::MutexGuard<'_, SampleClock> {
 }
 
 /// The sampler's loop: on for SAMPLE_ON, off for the rest of the period, until told to stop
-/// (the sender dropped). The fd is closed, and the window timed, under the clock's lock, so
-/// that a reading never sees counts of a window whose time it does not have.
+/// (the sender dropped), or on for good once a flip proves dear. The fd is closed, and the
+/// window timed, under the clock's lock, so that a reading never sees counts of a window whose
+/// time it does not have.
 fn sample(first: OwnedFd, clock: &Mutex<SampleClock>, stopped: &mpsc::Receiver<()>) {
-    let mut fd = Some(first);
+    let mut fd = first;
+    let running = |wait| stopped.recv_timeout(wait) == Err(mpsc::RecvTimeoutError::Timeout);
     loop {
-        if stopped.recv_timeout(SAMPLE_ON) != Err(mpsc::RecvTimeoutError::Timeout) {
+        if !running(SAMPLE_ON) {
             return;
         }
+        let flip = Instant::now();
         {
             let mut clock = lock(clock);
-            drop(fd.take());
+            drop(fd);
             if let Some(since) = clock.open_since.take() {
                 clock.closed += since.elapsed();
             }
         }
-        if stopped.recv_timeout(SAMPLE_PERIOD - SAMPLE_ON) != Err(mpsc::RecvTimeoutError::Timeout) {
+        let cheap = flips_cheaply(flip.elapsed());
+        if cheap && !running(SAMPLE_PERIOD - SAMPLE_ON) {
             return;
         }
+        let flip = Instant::now();
         let mut clock = lock(clock);
         match aya::sys::enable_stats(Stats::RunTime) {
             Ok(on) => {
-                fd = Some(on);
+                fd = on;
                 clock.open_since = Some(Instant::now());
             }
             Err(err) => {
                 log::warn!("self-cost: turning the statistics on again failed: {err}");
                 return;
             }
+        }
+        drop(clock);
+        if !(cheap && flips_cheaply(flip.elapsed())) {
+            // On for the rest of the trace, the window open: `fd` is held until told to stop.
+            while running(SAMPLE_PERIOD) {}
+            return;
         }
     }
 }
