@@ -103,15 +103,17 @@ fn entry_since(now: &RawEntry, before: Option<&AggValue>) -> RawEntry {
     // No operation of the window lasted longer than all of them together; a single one lasted
     // exactly that. Without this cap a slot's top (up to twice the value) showed a maximum, and
     // a p99 clamped to it, above the row's total.
-    let (max_ns, max_is_upper_bound) = if new_record && now.value.max_ns <= total_ns {
+    let (max_ns, max_is_upper_bound) = if count == 1 {
+        // Whatever the record says: it may belong to an operation that user space moved out
+        // of this entry to its unwound stack (the entry keeps its max, not its share).
+        (total_ns, false)
+    } else if new_record && now.value.max_ns <= total_ns {
         (now.value.max_ns, false)
     } else if new_record {
-        // A record above the window's whole total: the operation began before the window
-        // (the earlier snapshot had its first part), or the snapshot caught the kernel between
-        // its max and its total updates. Only the total bounds the window's part of it.
+        // A record above the window's whole total: the record's operation was moved out of
+        // the entry to its unwound stack, or the snapshot caught the kernel between its max
+        // and its total updates. Only the total bounds the window's part of it.
         (total_ns, true)
-    } else if count == 1 {
-        (total_ns, false)
     } else {
         (highest_slot_top(&hist).min(old.max_ns).min(total_ns), true)
     };
@@ -412,6 +414,20 @@ mod tests {
         assert_eq!(e.value.max_ns, 1_100);
         assert!(!e.max_is_upper_bound);
         assert_eq!(percentile(&e.value.hist, 0.99, e.value.max_ns), 1_100);
+    }
+
+    #[test]
+    fn a_single_operation_is_exact_under_a_record_it_did_not_set() {
+        // The entry's new record (8.83 ms) went, with its share, to another entry (its
+        // unwound stack); the one operation left in the window took 1.2 ms, and that is its
+        // max, not "at most 1.2 ms" (the live view showed a row of one as ≤).
+        let before = harvest(vec![entry(0, KIND_WAIT, &[3_000_000])], 0);
+        let mut now = harvest(vec![entry(0, KIND_WAIT, &[3_000_000, 1_200_000])], 0);
+        now.entries[0].value.max_ns = 8_830_000;
+        let e = &since(&now, &before).entries[0];
+        assert_eq!((e.value.count, e.value.total_ns), (1, 1_200_000));
+        assert_eq!(e.value.max_ns, 1_200_000);
+        assert!(!e.max_is_upper_bound);
     }
 
     #[test]
