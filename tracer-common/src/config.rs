@@ -42,7 +42,8 @@ pub struct Config {
     pub attribution: u32,
     /// Non-zero: at most FAST_TARGETS listed targets (no `-a`), found through the TARGET_SLOTS
     /// array instead of a hash lookup; with `--lean` and no per-thread rows, aggregated in the
-    /// LEAN_AGG array per target, kind and mode.
+    /// LEAN_AGG array per target, kind and mode. With `inherit`, the processes a listed target
+    /// starts are found by hash.
     pub target_slots: u32,
     /// Non-zero: take user stacks too.
     pub user_stacks: u32,

@@ -87,7 +87,10 @@ pub fn classify(mm: u64) -> Option<Locker> {
         return tracer_as_outside_locker(mm, tgid, tid, cfg);
     }
     if cfg.target_slots != 0 {
-        return classify_by_slot(mm, tgid, tid, cfg);
+        let locker = classify_by_slot(mm, tgid, tid, cfg);
+        if locker.is_some() || !hashes_targets(cfg) {
+            return locker;
+        }
     }
     let system_wide = cfg.system_wide != 0;
     if let Some(owner) = unsafe { TARGET_MMS.get(&mm) } {
@@ -137,15 +140,10 @@ pub fn classify(mm: u64) -> Option<Locker> {
 
 #[inline(always)]
 fn tracer_as_outside_locker(mm: u64, tgid: u32, tid: u32, cfg: &Config) -> Option<Locker> {
-    let (pid, slot) = if cfg.target_slots != 0 {
-        let targets = TARGET_SLOTS.get(0)?;
-        let slot = slot_of_mm(targets, mm);
-        if slot == NO_SLOT {
-            return None;
-        }
-        (targets.pids[slot], slot)
-    } else {
-        (*unsafe { TARGET_MMS.get(&mm) }?, NO_SLOT)
+    let (pid, slot) = match slot_target_of_mm(mm, cfg) {
+        Some(found) => found,
+        None if hashes_targets(cfg) => (*unsafe { TARGET_MMS.get(&mm) }?, NO_SLOT),
+        None => return None,
     };
     remember_comm(tgid);
     Some(Locker {
@@ -154,6 +152,17 @@ fn tracer_as_outside_locker(mm: u64, tgid: u32, tid: u32, cfg: &Config) -> Optio
         outside_pid: tgid,
         slot,
     })
+}
+
+/// The target whose mm `mm` is and its slot, if it has one.
+#[inline(always)]
+fn slot_target_of_mm(mm: u64, cfg: &Config) -> Option<(u32, usize)> {
+    if cfg.target_slots == 0 {
+        return None;
+    }
+    let targets = TARGET_SLOTS.get(0)?;
+    let slot = slot_of_mm(targets, mm);
+    (slot != NO_SLOT).then(|| (targets.pids[slot], slot))
 }
 
 /// `classify` for listed targets in TARGET_SLOTS: the same decisions, without a hash lookup.
@@ -215,15 +224,20 @@ pub fn slot_of_mm(targets: &FastTargets, mm: u64) -> usize {
     NO_SLOT
 }
 
-/// True when `mm` is a target's: through the slots when the targets are listed in them.
+/// Whether some targets are found by hash (TARGET_MMS, TARGET_TGIDS): all of them without
+/// target slots; with them and `-- CMD`, the processes the command starts (the command itself
+/// has the first slot, so that the process the user named costs its events no hash lookup).
+#[inline(always)]
+fn hashes_targets(cfg: &Config) -> bool {
+    cfg.target_slots == 0 || cfg.inherit != 0
+}
+
+/// True when `mm` is a target's: through the slots first when the targets are listed in them.
 #[inline(always)]
 pub fn is_target_mm(mm: u64) -> bool {
-    if config().target_slots == 0 {
-        return unsafe { TARGET_MMS.get(&mm) }.is_some();
-    }
-    TARGET_SLOTS
-        .get(0)
-        .is_some_and(|targets| slot_of_mm(targets, mm) != NO_SLOT)
+    let cfg = config();
+    slot_target_of_mm(mm, cfg).is_some()
+        || (hashes_targets(cfg) && unsafe { TARGET_MMS.get(&mm) }.is_some())
 }
 
 #[inline(always)]
@@ -244,13 +258,12 @@ pub fn is_target_tgid(tgid: u32) -> bool {
     if cfg.system_wide != 0 {
         return tgid != cfg.tracer_tgid;
     }
-    if cfg.target_slots != 0 {
-        // A few compares instead of a hash lookup, on every mm syscall and fault on the machine.
-        return TARGET_SLOTS
+    // A few compares instead of a hash lookup, on every mm syscall and fault on the machine.
+    let in_slot = cfg.target_slots != 0
+        && TARGET_SLOTS
             .get(0)
             .is_some_and(|targets| slot_of_pid(targets, tgid) != NO_SLOT);
-    }
-    is_listed_target(tgid)
+    in_slot || (hashes_targets(cfg) && is_listed_target(tgid))
 }
 
 /// True for the threads of a process given with -p (or launched).

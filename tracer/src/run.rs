@@ -249,9 +249,7 @@ fn probe_settings(
         stack_copies,
         system_wide: targets.is_system_wide(),
         classic_tracepoints: cli.classic_tracepoints,
-        target_slots: !targets.is_system_wide()
-            && !inherit
-            && cli.pid.len() <= tracer_common::FAST_TARGETS,
+        target_slots: !targets.is_system_wide() && cli.pid.len() <= tracer_common::FAST_TARGETS,
         inherit,
         self_cost: match cli.self_cost {
             SelfCostArg::Sampled => SelfCostMode::Sampled,

@@ -126,12 +126,13 @@ pub struct ProbeSettings {
     pub classic_tracepoints: bool,
     /// At most FAST_TARGETS targets, all added (`add_target`) before arming, and no `-a`: the
     /// programs find them in an array instead of a hash map (and `--lean` without per-thread
-    /// rows aggregates them in an array too).
+    /// rows aggregates them in an array too). With `inherit`, the processes the command starts
+    /// are found by hash, as without slots.
     pub target_slots: bool,
     /// Threads of the targets when the trace starts (system-wide: of the whole machine), which
     /// sizes the per-hold holder records.
     pub target_threads: usize,
-    /// `-- CMD`: the processes the targets fork are traced too (never with target slots).
+    /// `-- CMD`: the processes the targets fork are traced too.
     pub inherit: bool,
     /// How the programs' runs are counted for the self-cost.
     pub self_cost: SelfCostMode,
