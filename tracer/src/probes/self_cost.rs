@@ -73,7 +73,13 @@ impl RunTimeStats {
         let flip = Instant::now();
         let err = match aya::sys::enable_stats(Stats::RunTime) {
             Ok(fd) if mode == SelfCostMode::Sampled && flips_cheaply(flip.elapsed()) => {
-                return counting(Some(Sampler::start(fd)), None)
+                return match Sampler::start(fd) {
+                    Ok(sampler) => counting(Some(sampler), None),
+                    Err((fd, err)) => {
+                        log::info!("self-cost: no sampler thread ({err}): counting throughout");
+                        counting(None, Some(fd))
+                    }
+                };
             }
             Ok(fd) => return counting(None, Some(fd)),
             Err(err) => err.io_error,
@@ -135,24 +141,41 @@ impl SampleClock {
 
 impl Sampler {
     /// Starts with the statistics on (`fd`), so that a short trace is counted from its start.
-    fn start(fd: OwnedFd) -> Self {
+    /// Hands `fd` back when there is no thread to sample with: then the statistics stay on,
+    /// rather than be closed with the clock still counting.
+    fn start(fd: OwnedFd) -> Result<Self, (OwnedFd, std::io::Error)> {
         let clock = Arc::new(Mutex::new(SampleClock {
             closed: Duration::ZERO,
             open_since: Some(Instant::now()),
         }));
         let (stop, stopped) = mpsc::channel();
-        let thread = {
+        let (hand_over, handed) = mpsc::channel::<OwnedFd>();
+        let spawned = {
             let clock = Arc::clone(&clock);
             thread::Builder::new()
                 .name("self-cost".into())
-                .spawn(move || sample(fd, &clock, &stopped))
-                .ok()
+                .spawn(move || {
+                    if let Ok(fd) = handed.recv() {
+                        sample(fd, &clock, &stopped);
+                    }
+                })
         };
-        Self {
+        let thread = match spawned {
+            Ok(thread) => thread,
+            Err(err) => return Err((fd, err)),
+        };
+        // The thread waits for the fd, so the channel is open.
+        if let Err(mpsc::SendError(fd)) = hand_over.send(fd) {
+            return Err((
+                fd,
+                std::io::Error::other("the sampler thread ended at once"),
+            ));
+        }
+        Ok(Self {
             clock,
             stop: Some(stop),
-            thread,
-        }
+            thread: Some(thread),
+        })
     }
 
     /// How long the statistics have been on.
