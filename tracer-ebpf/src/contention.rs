@@ -11,8 +11,9 @@ use aya_ebpf::{
 use tracer_common::{LockState, StateKey};
 
 use crate::{
-    maps::{armed, config, LOCK_STATE},
+    maps::{armed, config},
     target::is_target_mm,
+    thread_states::lock_state,
 };
 
 classic_tracepoint! {
@@ -72,5 +73,5 @@ fn waiter_state(lock: u64) -> Option<&'static mut LockState> {
         _pad: 0,
         mm,
     };
-    LOCK_STATE.get_ptr_mut(&key).map(|s| unsafe { &mut *s })
+    lock_state(&key).map(|s| unsafe { &mut *s })
 }

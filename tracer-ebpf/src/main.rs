@@ -39,6 +39,7 @@ mod pending;
 mod sched;
 mod syscalls;
 mod target;
+mod thread_states;
 mod timeline;
 mod user_stacks;
 

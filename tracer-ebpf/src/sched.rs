@@ -11,9 +11,10 @@ use tracer_common::{
 };
 
 use crate::{
-    maps::{config, LOCK_STATE, TID_HOLDING},
+    maps::{config, TID_HOLDING},
     mmap_lock::stack_id,
     target::is_target_mm,
+    thread_states::lock_state,
 };
 
 /// TASK_UNINTERRUPTIBLE in prev_state: a D sleep, usually I/O.
@@ -87,7 +88,7 @@ fn holder_state(task: u64) -> Option<&'static mut LockState> {
 #[inline(always)]
 fn state(tid: u32, mm: u64) -> Option<&'static mut LockState> {
     let key = StateKey { tid, _pad: 0, mm };
-    LOCK_STATE.get_ptr_mut(&key).map(|s| unsafe { &mut *s })
+    lock_state(&key).map(|s| unsafe { &mut *s })
 }
 
 #[inline(always)]
