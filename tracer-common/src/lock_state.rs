@@ -365,16 +365,6 @@ impl LockState {
     };
 }
 
-impl LockState {
-    /// Whether the thread's last operation left aggregation to do (see PendingAgg).
-    #[inline(always)]
-    pub fn has_pending(&self) -> bool {
-        self.pending_wait.is_some()
-            || self.pending_holds[0].is_some()
-            || self.pending_holds[1].is_some()
-    }
-}
-
 /// Bit `cause` of a history byte (causes past 7 have no bit and are never expected long).
 #[inline(always)]
 fn has_bit(bits: u8, cause: u8) -> bool {

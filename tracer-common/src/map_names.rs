@@ -28,7 +28,6 @@ pub const TARGET_MMS: &str = "TARGET_MMS";
 pub const TARGET_SLOTS: &str = "TARGET_SLOTS";
 pub const TARGET_TGIDS: &str = "TARGET_TGIDS";
 pub const THREAD_EXITS: &str = "THREAD_EXITS";
-pub const THREAD_STATES: &str = "THREAD_STATES";
 pub const TID_HOLDING: &str = "TID_HOLDING";
 pub const TIMELINE: &str = "TIMELINE";
 pub const TOTALS: &str = "TOTALS";
@@ -36,7 +35,7 @@ pub const TRACE_START: &str = "TRACE_START";
 pub const USER_STACKS: &str = "USER_STACKS";
 
 /// Every map above.
-pub const MAPS: [&str; 32] = [
+pub const MAPS: [&str; 31] = [
     AGG,
     ARMED,
     BLOCKED,
@@ -63,7 +62,6 @@ pub const MAPS: [&str; 32] = [
     TARGET_SLOTS,
     TARGET_TGIDS,
     THREAD_EXITS,
-    THREAD_STATES,
     TID_HOLDING,
     TIMELINE,
     TOTALS,

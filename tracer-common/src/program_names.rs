@@ -35,7 +35,6 @@ pub const FLOOR_CLASSIC: [&str; 3] = [
 pub const SCHED_PROCESS_EXIT: &str = "sched_process_exit";
 pub const SCHED_PROCESS_FORK: &str = "sched_process_fork";
 pub const SCHED_PROCESS_EXEC: &str = "sched_process_exec";
-pub const SCHED_PROCESS_FREE: &str = "sched_process_free";
 pub const SCHED_SWITCH: &str = "sched_switch";
 
 // Lock contention: BTF tracepoints, classic ones as the fallback.
@@ -50,7 +49,7 @@ pub const MM_SYSCALL_ENTER: &str = "mm_syscall_enter";
 pub const MM_SYSCALL_EXIT: &str = "mm_syscall_exit";
 
 /// Every program above.
-pub const PROGRAMS: [&str; 27] = [
+pub const PROGRAMS: [&str; 26] = [
     MMAP_LOCK_BTF[0],
     MMAP_LOCK_BTF[1],
     MMAP_LOCK_BTF[2],
@@ -69,7 +68,6 @@ pub const PROGRAMS: [&str; 27] = [
     SCHED_PROCESS_EXIT,
     SCHED_PROCESS_FORK,
     SCHED_PROCESS_EXEC,
-    SCHED_PROCESS_FREE,
     SCHED_SWITCH,
     BTF_CONTENTION_BEGIN,
     BTF_CONTENTION_END,

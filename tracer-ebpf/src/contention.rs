@@ -11,9 +11,8 @@ use aya_ebpf::{
 use tracer_common::{LockState, StateKey};
 
 use crate::{
-    maps::{armed, config},
+    maps::{armed, config, LOCK_STATE},
     target::is_target_mm,
-    thread_states::lock_state,
 };
 
 classic_tracepoint! {
@@ -73,5 +72,5 @@ fn waiter_state(lock: u64) -> Option<&'static mut LockState> {
         _pad: 0,
         mm,
     };
-    lock_state(&key).map(|s| unsafe { &mut *s })
+    LOCK_STATE.get_ptr_mut(&key).map(|s| unsafe { &mut *s })
 }

@@ -14,9 +14,8 @@ use tracer_common::{
 };
 
 use crate::{
-    maps::{add_to, armed, config, TID_HOLDING},
+    maps::{add_to, armed, config, LOCK_STATE, TID_HOLDING},
     target::{current_mm, is_target_tgid},
-    thread_states::lock_state,
 };
 
 #[map]
@@ -45,7 +44,7 @@ fn holding_now(tid: u32) -> bool {
             _pad: 0,
             mm: current_mm(config().task_mm_offset),
         };
-        return lock_state(&key).is_some_and(|st| unsafe { (*st).timing.hold_start_ns } != 0);
+        return unsafe { LOCK_STATE.get(&key) }.is_some_and(|st| st.timing.hold_start_ns != 0);
     }
     unsafe { TID_HOLDING.get(&tid) }.is_some_and(|mm| *mm != 0)
 }

@@ -16,10 +16,9 @@ use tracer_common::{
 };
 
 use crate::{
-    maps::{atomic_add, config, count, BPF_F_MMAPABLE},
-    mmap_lock::{add_totals, decode, LockArgs},
+    maps::{atomic_add, config, count, BPF_F_MMAPABLE, LOCK_STATE},
+    mmap_lock::{add_totals, decode, state_of, LockArgs},
     target::{Locker, NO_SLOT},
-    thread_states::{lock_state, state_of},
 };
 
 /// Waits and holds of the listed targets' own threads, by `lean_agg_index`.
@@ -42,9 +41,7 @@ pub fn takes(locker: &Locker) -> bool {
     cfg.attribution == 0 && cfg.per_thread == 0 && locker.outside_pid == 0 && locker.slot != NO_SLOT
 }
 
-/// A BPF-to-BPF call: its stack is its own, not added to the general path's, whose chain
-/// down to the flush must fit 6.1's 512 bytes.
-#[inline(never)]
+#[inline(always)]
 pub fn on_lock_event(locker: &Locker, args: &LockArgs) {
     let key = StateKey {
         tid: locker.tid,
@@ -101,7 +98,7 @@ fn timing_of(key: &StateKey) -> Option<(&'static mut LockTiming, bool)> {
     if entry.key.tid == key.tid && entry.key.mm == key.mm {
         return Some((&mut entry.timing, false));
     }
-    if let Some(state) = lock_state(key) {
+    if let Some(state) = LOCK_STATE.get_ptr_mut(key) {
         return Some((unsafe { &mut (*state).timing }, false));
     }
     let own_idle = entry.key.tid == key.tid && entry.timing.is_idle();

@@ -39,7 +39,6 @@ mod pending;
 mod sched;
 mod syscalls;
 mod target;
-mod thread_states;
 mod timeline;
 mod user_stacks;
 

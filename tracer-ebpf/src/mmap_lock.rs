@@ -22,12 +22,11 @@ use crate::{
     context::LockContext,
     faults, lean,
     maps::{
-        armed, atomic_add, config, count, count_key, keeps_thread, slot_of, AGG, EEXIST, FULL_AGG,
-        FULL_SLEEPS, STACKS, TID_HOLDING, TOTALS,
+        armed, atomic_add, config, count, count_key, keeps_thread, slot_of, AGG, BPF_NOEXIST,
+        EEXIST, FULL_AGG, FULL_SLEEPS, LOCK_STATE, STACKS, TID_HOLDING, TOTALS,
     },
     pending, syscalls,
     target::{classify, fatal_signal_pending, Locker, NO_SLOT},
-    thread_states::state_of,
     timeline,
     user_stacks::{self, EventShare},
 };
@@ -362,6 +361,17 @@ pub fn decode(args: &LockArgs) -> LockEvent {
             fatal_signal: !args.success && fatal_signal_pending(),
         },
     }
+}
+
+/// The thread's state for this mm, and whether it was created just now (the thread's first
+/// event since the tracer attached, or since its entry was evicted).
+#[inline(always)]
+pub fn state_of(key: &StateKey) -> Option<(*mut LockState, bool)> {
+    if let Some(state) = LOCK_STATE.get_ptr_mut(key) {
+        return Some((state, false));
+    }
+    LOCK_STATE.insert(key, &LockState::ZERO, BPF_NOEXIST).ok()?;
+    LOCK_STATE.get_ptr_mut(key).map(|state| (state, true))
 }
 
 /// sched_switch finds the state of a holder that is not a listed target's own thread through

@@ -12,9 +12,8 @@ use tracer_common::{AggKey, LockState, OffCpu, PendingAgg};
 
 use crate::{
     blockers,
-    maps::{add_duration, atomic_add, config},
+    maps::{add_duration, atomic_add, config, LOCK_STATE},
     mmap_lock::agg_value,
-    thread_states::lock_state,
 };
 
 /// Leaves a finished wait for later; its blockers stay in `st.blockers` until then.
@@ -84,7 +83,7 @@ pub fn flush(st: &mut LockState) {
 /// stay apart from the caller's.
 #[inline(never)]
 pub fn flush_thread(key: &tracer_common::StateKey) {
-    if let Some(st) = lock_state(key) {
+    if let Some(st) = LOCK_STATE.get_ptr_mut(key) {
         flush(unsafe { &mut *st });
     }
 }

@@ -11,10 +11,9 @@ use tracer_common::{
 };
 
 use crate::{
-    maps::{config, TID_HOLDING},
+    maps::{config, LOCK_STATE, TID_HOLDING},
     mmap_lock::stack_id,
     target::is_target_mm,
-    thread_states::lock_state,
 };
 
 /// TASK_UNINTERRUPTIBLE in prev_state: a D sleep, usually I/O.
@@ -88,7 +87,7 @@ fn holder_state(task: u64) -> Option<&'static mut LockState> {
 #[inline(always)]
 fn state(tid: u32, mm: u64) -> Option<&'static mut LockState> {
     let key = StateKey { tid, _pad: 0, mm };
-    lock_state(&key).map(|s| unsafe { &mut *s })
+    LOCK_STATE.get_ptr_mut(&key).map(|s| unsafe { &mut *s })
 }
 
 #[inline(always)]

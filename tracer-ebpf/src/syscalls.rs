@@ -14,10 +14,9 @@ use tracer_common::{
 };
 
 use crate::{
-    maps::{armed, config, count},
+    maps::{armed, config, count, LOCK_STATE},
     pending,
     target::{current_mm, is_target_tgid, Locker},
-    thread_states::lock_state,
 };
 
 /// mm syscalls in progress on target threads.
@@ -143,7 +142,7 @@ fn take_lock_time(tid: u32) -> (u64, u64) {
         _pad: 0,
         mm: current_mm(config().task_mm_offset),
     };
-    let Some(st) = lock_state(&key) else {
+    let Some(st) = LOCK_STATE.get_ptr_mut(&key) else {
         return (0, 0);
     };
     let st = unsafe { &mut *st };

@@ -393,15 +393,17 @@ pub fn sched_process_exit(_ctx: BtfTracePointContext) -> i32 {
         return 0;
     };
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    let tid = bpf_get_current_pid_tgid() as u32;
-    crate::lean::forget_thread(tid);
+    crate::lean::forget_thread(bpf_get_current_pid_tgid() as u32);
     let owns_target_mm = unsafe { TARGET_MMS.get(&mm) }.is_some_and(|owner| *owner == tgid);
     if armed() && tgid != cfg.tracer_tgid && (owns_target_mm || is_listed_target(tgid)) {
         add_lifetime(task, cfg);
         // The thread locks nothing more: what its last lock operation left is aggregated now.
-        pending::flush_thread(&StateKey { tid, _pad: 0, mm });
+        pending::flush_thread(&StateKey {
+            tid: bpf_get_current_pid_tgid() as u32,
+            _pad: 0,
+            mm,
+        });
     }
-    crate::thread_states::forget_thread(tid);
     if !process_is_gone(task, cfg) {
         return 0;
     }
@@ -421,19 +423,6 @@ pub fn sched_process_exit(_ctx: BtfTracePointContext) -> i32 {
         if slot != NO_SLOT {
             targets.mms[slot] = 0;
         }
-    }
-    0
-}
-
-/// A task is freed, after its exit, and after exit_mm's lock of its mm, which on recent
-/// kernels follows sched_process_exit and takes the thread a lock state again: its
-/// THREAD_STATES entries are aggregated and freed for good here.
-#[btf_tracepoint(function = "sched_process_free")]
-pub fn sched_process_free(ctx: BtfTracePointContext) -> i32 {
-    let task: u64 = ctx.arg(0);
-    let field = (task + config().task_pid_offset as u64) as *const i32;
-    if let Ok(tid) = unsafe { bpf_probe_read_kernel(field) } {
-        crate::thread_states::forget_thread(tid as u32);
     }
     0
 }

@@ -92,8 +92,7 @@ fn lookup_all_in<K: Pod, V: Pod>(data: &MapData) -> Result<Option<Vec<(K, V)>>> 
     }
 }
 
-/// BPF_MAP_UPDATE_ELEM and BPF_MAP_DELETE_ELEM from include/uapi/linux/bpf.h.
-const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+/// BPF_MAP_DELETE_ELEM from include/uapi/linux/bpf.h.
 const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
 
 /// The element-operation members of `union bpf_attr`.
@@ -143,35 +142,4 @@ pub fn delete_keys<K: Pod>(map: &Map, keys: &[K]) -> Result<usize> {
         }
     }
     Ok(deleted)
-}
-
-/// Writes `value` at `index` of an array shared by all CPUs, through the map's fd, so that a
-/// reader holding the map (`&Map`) can write.
-pub fn set_in_array<V: Pod>(map: &Map, index: u32, value: &V) -> Result<()> {
-    let Map::Array(data) = map else {
-        bail!("writing into a map that is not an array shared by all CPUs");
-    };
-    let attr = ElemAttr {
-        map_fd: data.fd().as_fd().as_raw_fd() as u32,
-        _pad: 0,
-        key: &index as *const u32 as u64,
-        value: value as *const V as u64,
-        flags: 0,
-    };
-    // SAFETY: attr points at a live index and a live value of the map's value size.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_MAP_UPDATE_ELEM,
-            &attr as *const ElemAttr,
-            std::mem::size_of::<ElemAttr>(),
-        )
-    };
-    if ret != 0 {
-        return Err(anyhow!(
-            "BPF_MAP_UPDATE_ELEM: {}",
-            std::io::Error::last_os_error()
-        ));
-    }
-    Ok(())
 }

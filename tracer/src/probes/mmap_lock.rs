@@ -11,7 +11,7 @@ use aya::{
 use std::collections::HashMap;
 
 use tracer_common::{
-    map_names, program_names, AggKey, AggValue, Config, LockTiming, ModeTotals, StateKey,
+    map_names, program_names, AggKey, AggValue, Config, LockState, LockTiming, ModeTotals, StateKey,
 };
 
 use super::{Family, Probes};
@@ -58,7 +58,7 @@ fn read(probes: &Probes, harvest: &mut Harvest) -> Result<()> {
     harvest.totals =
         super::read_array(&super::map_ref(ebpf, map_names::TOTALS)?, ModeTotals::merge)?;
     let target_mms = super::read_target_mms(ebpf)?;
-    let states = super::lock_states(ebpf)?;
+    let states = super::read_shared::<StateKey, LockState>(ebpf, map_names::LOCK_STATE)?;
     harvest.in_flight = InFlight::default();
     add_in_flight(
         &mut harvest.in_flight,
@@ -138,7 +138,7 @@ fn attach(
 /// Without it (no BTF), a reused mm's first locks by its new owner end the registration
 /// instead, and exec's locks before them count as outside lockers. sched_process_fork follows
 /// a traced command's new processes (`-- CMD`); sched_process_exec renames those an exec
-/// renames; sched_process_free frees a thread's lock states in THREAD_STATES (target slots).
+/// renames.
 fn attach_target_lifecycle(ebpf: &mut Ebpf) {
     for (name, without) in [
         (
@@ -149,11 +149,6 @@ fn attach_target_lifecycle(ebpf: &mut Ebpf) {
         (
             program_names::SCHED_PROCESS_FORK,
             "the processes a traced command starts are not traced",
-        ),
-        (
-            program_names::SCHED_PROCESS_FREE,
-            "threads' lock states are not freed when they end: once 16384 threads have \
-             locked, new ones are not traced (state_map_full)",
         ),
         (
             program_names::SCHED_PROCESS_EXEC,

@@ -29,11 +29,10 @@ use aya::{
     programs::{trace_point::TracePointLink, ProgramError, ProgramInfo, TracePoint},
     Ebpf, EbpfLoader, Pod,
 };
-use tracer_common::thread_state_index;
 use tracer_common::{
     holder_slot, map_names, AggKey, AggValue, BlockKey, BlockValue, Config, Counter, FastTargets,
-    HolderRecord, LockState, SleepKey, StateKey, ThreadState, COUNTER_SLOTS, EXITED_LIFETIME_NS,
-    EXITED_THREADS, FAST_TARGETS, PER_THREAD_ALWAYS, PER_THREAD_WHILE_ROOM, THREAD_STATE_PROBES,
+    HolderRecord, LockState, SleepKey, StateKey, COUNTER_SLOTS, EXITED_LIFETIME_NS, EXITED_THREADS,
+    FAST_TARGETS, PER_THREAD_ALWAYS, PER_THREAD_WHILE_ROOM,
 };
 
 use self::timeline::TimelineReader;
@@ -438,13 +437,6 @@ impl Probes {
                 loader.map_max_entries(name, entries);
             }
         }
-        // The lock states are in one map or the other (tracer-ebpf's thread_states).
-        let unused_states = if settings.target_slots {
-            map_names::LOCK_STATE
-        } else {
-            map_names::THREAD_STATES
-        };
-        loader.map_max_entries(unused_states, 1);
         if settings.inherit {
             // The command's processes alive at once (a make -j's compilers and their children).
             loader.map_max_entries(map_names::TARGET_TGIDS, INHERITED_PROCESSES);
@@ -618,10 +610,16 @@ impl Probes {
 
 impl Forget for Probes {
     fn thread_states(&self) -> Result<Vec<(StateKey, bool)>> {
-        Ok(lock_states(&self.ebpf)?
-            .into_iter()
-            .map(|(key, st)| (key, st.has_pending()))
-            .collect())
+        Ok(
+            read_shared::<StateKey, LockState>(&self.ebpf, map_names::LOCK_STATE)?
+                .into_iter()
+                .map(|(key, st)| {
+                    let pending =
+                        st.pending_wait.is_some() || st.pending_holds.iter().any(|h| h.is_some());
+                    (key, pending)
+                })
+                .collect(),
+        )
     }
 
     /// Deletes the kernel entries of processes that are gone, as the mm owner or as an outside
@@ -650,7 +648,6 @@ impl Forget for Probes {
     /// only be evicted once full, with the living among them.
     fn forget_threads(&self, states: &[StateKey]) -> Result<usize> {
         let mut deleted = delete_from(&self.ebpf, map_names::LOCK_STATE, states)?;
-        deleted += free_thread_states(&self.ebpf, states)?;
         let mut tids: Vec<u32> = states.iter().map(|k| k.tid).collect();
         tids.dedup();
         for name in [map_names::TID_HOLDING, map_names::SYSCALLS_ACTIVE] {
@@ -811,10 +808,12 @@ fn read_maps(probes: &Probes, timeline: Vec<tracer_common::TimelineEvent>) -> Re
 /// target's (the programs make none for other mms), including those of mms that are gone: an
 /// exec leaves the old mm's last operation pending, with no later step on that mm to flush it.
 fn fold_pending(ebpf: &Ebpf, capacity: usize, harvest: &mut Harvest) -> Result<()> {
-    let pending: Vec<LockState> = lock_states(ebpf)?
-        .into_iter()
+    let states: BpfHashMap<_, StateKey, LockState> = map_ref(ebpf, map_names::LOCK_STATE)?;
+    let pending: Vec<LockState> = states
+        .iter()
+        .filter_map(|r| r.ok())
         .map(|(_, st)| st)
-        .filter(|st| st.has_pending())
+        .filter(|st| st.pending_wait.is_some() || st.pending_holds.iter().any(|h| h.is_some()))
         .collect();
     let holders: aya::maps::Array<_, HolderRecord> = map_ref(ebpf, map_names::HOLDER_INFO)?;
     let mask = holders.len() - 1;
@@ -884,41 +883,6 @@ fn read_shared<K: Pod, V: Pod>(ebpf: &Ebpf, name: &str) -> Result<Vec<(K, V)>> {
     map.iter()
         .map(|item| item.with_context(|| format!("reading {name}")))
         .collect()
-}
-
-/// Every (thread, mm)'s lock state: in THREAD_STATES with target slots, else in LOCK_STATE
-/// (the other one is left at one entry).
-fn lock_states(ebpf: &Ebpf) -> Result<Vec<(StateKey, LockState)>> {
-    let mut states = read_shared::<StateKey, LockState>(ebpf, map_names::LOCK_STATE)?;
-    let entries: Vec<ThreadState> = read_shared_array(ebpf, map_names::THREAD_STATES)?;
-    states.extend(
-        entries
-            .into_iter()
-            .filter(|entry| entry.key.tid != 0)
-            .map(|entry| (entry.key, entry.state)),
-    );
-    Ok(states)
-}
-
-/// Frees the THREAD_STATES entries of `states` (threads that are gone) that their exits left
-/// taken (the trace disarmed). Returns how many.
-fn free_thread_states(ebpf: &Ebpf, states: &[StateKey]) -> Result<usize> {
-    let raw = ebpf
-        .map(map_names::THREAD_STATES)
-        .ok_or_else(|| anyhow!("eBPF object has no map {}", map_names::THREAD_STATES))?;
-    let entries: aya::maps::Array<&MapData, ThreadState> = aya::maps::Array::try_from(raw)?;
-    let mut freed = 0;
-    for key in states {
-        for probe in 0..THREAD_STATE_PROBES {
-            let index = thread_state_index(key.tid, probe);
-            if entries.get(&index, 0).is_ok_and(|entry| entry.key == *key) {
-                batch::set_in_array(raw, index, &ThreadState::default())
-                    .context("freeing a THREAD_STATES entry")?;
-                freed += 1;
-            }
-        }
-    }
-    Ok(freed)
 }
 
 /// Every value of the array `name`, shared by all CPUs, in index order.
