@@ -73,11 +73,6 @@ impl RunTimeStats {
         let flip = Instant::now();
         let err = match aya::sys::enable_stats(Stats::RunTime) {
             Ok(fd) if mode == SelfCostMode::Sampled && flips_cheaply(flip.elapsed()) => {
-                let fd = match off_and_on_cheaply(fd) {
-                    Ok(Ok(fd)) => fd,
-                    Ok(Err(dear)) => return counting(None, Some(dear)),
-                    Err(err) => return unavailable(err),
-                };
                 return match Sampler::start(fd) {
                     Ok(sampler) => counting(Some(sampler), None),
                     Err((fd, err)) => {
@@ -89,38 +84,16 @@ impl RunTimeStats {
             Ok(fd) => return counting(None, Some(fd)),
             Err(err) => err.io_error,
         };
-        unavailable(err)
+        let why = match err.raw_os_error() {
+            Some(libc::EPERM) => "BPF_ENABLE_STATS needs CAP_SYS_ADMIN; or run `sysctl \
+                                  kernel.bpf_stats_enabled=1` first"
+                .to_string(),
+            Some(libc::EINVAL) => "this kernel has no BPF_ENABLE_STATS (Linux 5.8)".to_string(),
+            _ => format!("BPF_ENABLE_STATS failed: {err}"),
+        };
+        log::info!("self-cost unavailable: {why}");
+        RunTimeStats::Unavailable(why)
     }
-}
-
-/// The statistics off and on again once, timed, before the trace is armed: a first enable can
-/// be quick where later flips are not (under QEMU's TCG a close took 4-11 ms), and a dear
-/// flip found by the sampler mid-trace stalls the target once while it is traced. Returns the
-/// new fd, as Err when a flip was dear (then the statistics stay on).
-fn off_and_on_cheaply(fd: OwnedFd) -> Result<Result<OwnedFd, OwnedFd>, std::io::Error> {
-    let off = Instant::now();
-    drop(fd);
-    let off = off.elapsed();
-    let on = Instant::now();
-    let fd = aya::sys::enable_stats(Stats::RunTime).map_err(|err| err.io_error)?;
-    Ok(if flips_cheaply(off) && flips_cheaply(on.elapsed()) {
-        Ok(fd)
-    } else {
-        Err(fd)
-    })
-}
-
-/// Why the statistics are off, said once.
-fn unavailable(err: std::io::Error) -> RunTimeStats {
-    let why = match err.raw_os_error() {
-        Some(libc::EPERM) => "BPF_ENABLE_STATS needs CAP_SYS_ADMIN; or run `sysctl \
-                              kernel.bpf_stats_enabled=1` first"
-            .to_string(),
-        Some(libc::EINVAL) => "this kernel has no BPF_ENABLE_STATS (Linux 5.8)".to_string(),
-        _ => format!("BPF_ENABLE_STATS failed: {err}"),
-    };
-    log::info!("self-cost unavailable: {why}");
-    RunTimeStats::Unavailable(why)
 }
 
 /// Whether a flip of the statistics that took `flip` is cheap enough to sample with; logs the
