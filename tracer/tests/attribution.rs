@@ -180,12 +180,25 @@ fn one_long_write_hold_names_the_readers_it_blocked() {
     );
     assert!(value_of(&workload_out, "reader_calls") > 0);
     let report = json(&result.stdout);
+    // The longest mprotect hold, against the workload's own timing of its longest call: the
+    // hold is inside the call, and most of it (the rest is the wait behind the readers and
+    // the tracer's work at start_locking). Had the hold been charged to another cause, the
+    // mprotect entries would hold only the short mprotects of thread stacks. Not "the longest
+    // write hold of all": a guest descheduled for a moment while another call holds the lock
+    // (seen once under emulation, two guests on two CPUs) makes any short hold long.
     let hold = entries(&report)
         .iter()
-        .filter(|e| e["kind"] == "hold" && e["mode"] == "write")
+        .filter(|e| e["kind"] == "hold" && e["mode"] == "write" && e["cause"] == "mprotect")
         .max_by_key(|e| u(&e["max_ns"]))
-        .unwrap();
-    assert_eq!(hold["cause"], "mprotect");
+        .expect("no mprotect write hold");
+    let (traced, timed) = (
+        u(&hold["max_ns"]),
+        value_of(&workload_out, "max_mprotect_ns"),
+    );
+    assert!(
+        traced <= timed && traced * 10 >= timed,
+        "longest mprotect hold {traced} ns against the workload's longest call {timed} ns"
+    );
     let caused = &hold["blocked_others"];
     assert!(
         u(&caused["count"]) > 0 && u(&caused["wait_ns"]) > 0,
