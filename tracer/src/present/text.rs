@@ -89,6 +89,7 @@ fn header(out: &mut String, r: &Report) {
             mode_row(out, name, m);
         }
     }
+    downgrades(out, r.totals.write.downgrades);
 }
 
 fn processes(out: &mut String, r: &Report, top: usize) {
@@ -215,6 +216,20 @@ fn mode_row(out: &mut String, name: &str, m: &ModeTotals) {
         human_ns(m.hold_ns),
         human_ns(m.max_hold_ns)
     );
+}
+
+/// A write hold downgraded to read (munmap does it to free the pages outside the write lock) goes on
+/// as a read hold that no read acquisition began: without this line the read row's holds
+/// outnumber its acquisitions with nothing to say why.
+fn downgrades(out: &mut String, downgrades: u64) {
+    if downgrades > 0 {
+        let _ = writeln!(
+            out,
+            "{downgrades} write holds were downgraded to read (munmap; brk and mremap when they \
+             shrink):\n  they went on as read holds, so the read holds outnumber the read \
+             acquisitions by as many"
+        );
+    }
 }
 
 fn causes(out: &mut String, r: &Report) {
@@ -616,6 +631,19 @@ mod tests {
         assert!(text.contains("of which by outside lockers"), "{text}");
         assert!(
             text.contains("munmap            hold  write          1   40.00 ms"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn downgrades_are_said_only_when_there_were_some() {
+        let (harvest, symbols, meta) = sample();
+        let mut report = build_report(&harvest, &symbols, &meta);
+        assert!(!render(&report, 10).contains("downgraded"));
+        report.totals.write.downgrades = 7;
+        let text = render(&report, 10);
+        assert!(
+            text.contains("\n7 write holds were downgraded to read (munmap; brk and mremap when they shrink):\n  they went on as read holds"),
             "{text}"
         );
     }
