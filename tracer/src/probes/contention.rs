@@ -3,7 +3,7 @@
 
 use anyhow::{anyhow, Result};
 use aya::{programs::BtfTracePoint, Ebpf};
-use tracer_common::{program_names, Config};
+use tracer_common::Config;
 
 use super::Family;
 use crate::system::tracefs::{Tracefs, CONTENTION_BEGIN, CONTENTION_END};
@@ -22,6 +22,7 @@ pub(super) const FAMILY: Family = Family {
         }
         Ok(())
     },
+    programs: &[BTF_BEGIN, BTF_END, CLASSIC_BEGIN, CLASSIC_END],
     ..Family::NOTHING
 };
 
@@ -58,18 +59,22 @@ fn attach(
             Err(err) => log::debug!("lock contention as BTF tracepoints: {err:#}"),
         }
     }
-    let begin = program_names::CONTENTION_BEGIN;
-    let end = program_names::CONTENTION_END;
+    let begin = CLASSIC_BEGIN;
+    let end = CLASSIC_END;
     Ok(
         super::attach_tracepoints(ebpf, tracefs, begin, &[CONTENTION_BEGIN], links)?
             && super::attach_tracepoints(ebpf, tracefs, end, &[CONTENTION_END], links)?,
     )
 }
 
-const BTF_PROGRAMS: [(&str, &str); 2] = [
-    (program_names::BTF_CONTENTION_BEGIN, "contention_begin"),
-    (program_names::BTF_CONTENTION_END, "contention_end"),
-];
+/// The programs: BTF tracepoints, classic ones as the fallback.
+const BTF_BEGIN: &str = "btf_contention_begin";
+const BTF_END: &str = "btf_contention_end";
+const CLASSIC_BEGIN: &str = "contention_begin";
+const CLASSIC_END: &str = "contention_end";
+
+const BTF_PROGRAMS: [(&str, &str); 2] =
+    [(BTF_BEGIN, "contention_begin"), (BTF_END, "contention_end")];
 
 fn load_btf(ebpf: &mut Ebpf) -> Result<()> {
     let btf = super::kernel_btf()?;

@@ -4,7 +4,6 @@
 
 use anyhow::Result;
 use aya::Ebpf;
-use tracer_common::{map_names, program_names::MM_FILEMAP_FAULT};
 
 use super::{Family, Probes};
 use crate::model::Harvest;
@@ -21,12 +20,17 @@ pub(super) const FAMILY: Family = Family {
         Ok(())
     },
     read,
+    maps: &[FAULT_COUNTS],
+    programs: &[MM_FILEMAP_FAULT],
     ..Family::NOTHING
 };
 
+const FAULT_COUNTS: &str = "FAULT_COUNTS";
+const MM_FILEMAP_FAULT: &str = "mm_filemap_fault";
+
 /// The fault counters (FAULT_COUNTS); user space adds the targets' own user faults later.
 fn read(probes: &Probes, harvest: &mut Harvest) -> Result<()> {
-    let map = super::map_ref(&probes.ebpf, map_names::FAULT_COUNTS)?;
+    let map = super::map_ref(&probes.ebpf, FAULT_COUNTS)?;
     harvest.faults = super::read_array(&map, |into: &mut u64, v| *into += v)?;
     Ok(())
 }

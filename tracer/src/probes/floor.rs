@@ -8,7 +8,6 @@ use std::time::Duration;
 use anyhow::{anyhow, Context as _, Result};
 use aya::{Ebpf, EbpfLoader};
 use tokio::signal::unix::{signal, SignalKind};
-use tracer_common::program_names;
 
 use super::mmap_lock;
 use crate::cli::BenchFloor;
@@ -16,6 +15,28 @@ use crate::system::procfs;
 
 /// How often the targets' liveness is checked, as the trace's collect loop does.
 const TICK: Duration = Duration::from_millis(100);
+
+/// The empty programs on the three mmap_lock events, in their order.
+const FLOOR_BTF: [&str; 3] = [
+    "floor_btf_start_locking",
+    "floor_btf_acquire_returned",
+    "floor_btf_released",
+];
+const FLOOR_CLASSIC: [&str; 3] = [
+    "floor_classic_start_locking",
+    "floor_classic_acquire_returned",
+    "floor_classic_released",
+];
+/// Every floor program (the object-names test checks them against the object).
+#[cfg(test)]
+pub(super) const PROGRAMS: [&str; 6] = [
+    FLOOR_BTF[0],
+    FLOOR_BTF[1],
+    FLOOR_BTF[2],
+    FLOOR_CLASSIC[0],
+    FLOOR_CLASSIC[1],
+    FLOOR_CLASSIC[2],
+];
 
 /// Attaches the floor programs of `kind` and keeps them until every one of `pids` has exited
 /// or a signal asks to stop. Returns the exit status: 0.
@@ -52,11 +73,11 @@ fn attach(kind: BenchFloor) -> Result<Ebpf> {
         .map_err(|e| super::explain_permission(anyhow!(e), "loading the eBPF object"))?;
     match kind {
         BenchFloor::Classic => {
-            mmap_lock::attach_classic(&mut ebpf, &program_names::FLOOR_CLASSIC)?;
+            mmap_lock::attach_classic(&mut ebpf, &FLOOR_CLASSIC)?;
         }
         BenchFloor::Btf => {
-            mmap_lock::load_btf(&mut ebpf, &program_names::FLOOR_BTF)?;
-            mmap_lock::attach_btf(&mut ebpf, &program_names::FLOOR_BTF)?;
+            mmap_lock::load_btf(&mut ebpf, &FLOOR_BTF)?;
+            mmap_lock::attach_btf(&mut ebpf, &FLOOR_BTF)?;
         }
     }
     Ok(ebpf)

@@ -5,8 +5,8 @@
 use anyhow::Result;
 use aya::maps::{MapData, PerCpuArray};
 use tracer_common::{
-    lean_agg_index, map_names, totals_index, AggKey, AggValue, LeanThread, ModeTotals, KIND_HOLD,
-    KIND_WAIT, MODE_READ, MODE_WRITE, NO_STACK, TOTALS_SLOTS,
+    lean_agg_index, totals_index, AggKey, AggValue, LeanThread, ModeTotals, KIND_HOLD, KIND_WAIT,
+    MODE_READ, MODE_WRITE, NO_STACK, TOTALS_SLOTS,
 };
 
 use super::{Family, Probes};
@@ -14,20 +14,24 @@ use crate::model::{Harvest, RawEntry};
 
 pub(super) const FAMILY: Family = Family {
     read,
+    maps: &[LEAN_AGG, LEAN_THREADS],
     ..Family::NOTHING
 };
+
+const LEAN_AGG: &str = "LEAN_AGG";
+const LEAN_THREADS: &str = "LEAN_THREADS";
 
 /// Adds the lean path's entries and totals, when it ran.
 fn read(probes: &Probes, harvest: &mut Harvest) -> Result<()> {
     let (true, Some(slots)) = (probes.lean_array, &probes.slots) else {
         return Ok(());
     };
-    let lean = read_lean_entries(&super::map_ref(&probes.ebpf, map_names::LEAN_AGG)?, slots)?;
+    let lean = read_lean_entries(&super::map_ref(&probes.ebpf, LEAN_AGG)?, slots)?;
     add_lean_totals(&mut harvest.totals, &lean);
     harvest.entries.extend(lean);
     // Beside those of LOCK_STATE, where a thread goes whose entry another thread has (read by
     // the mmap_lock family first).
-    let threads: Vec<LeanThread> = super::read_shared_array(&probes.ebpf, map_names::LEAN_THREADS)?;
+    let threads: Vec<LeanThread> = super::read_shared_array(&probes.ebpf, LEAN_THREADS)?;
     let mms = super::read_target_mms(&probes.ebpf)?;
     super::mmap_lock::add_in_flight(
         &mut harvest.in_flight,

@@ -10,9 +10,7 @@ use aya::{
 };
 use std::collections::HashMap;
 
-use tracer_common::{
-    map_names, program_names, AggKey, AggValue, Config, LockState, LockTiming, ModeTotals, StateKey,
-};
+use tracer_common::{AggKey, AggValue, Config, LockState, LockTiming, ModeTotals, StateKey};
 
 use super::{Family, Probes};
 use crate::model::{Harvest, InFlight, LockTracepoints, RawEntry};
@@ -41,13 +39,52 @@ pub(super) const FAMILY: Family = Family {
         Ok(())
     },
     read,
+    maps: &[],
+    programs: &PROGRAMS,
 };
+
+// The programs, each set in the order of the three events (start_locking, acquire_returned,
+// released).
+/// BTF tracepoints for the `(mm, write[, success])` prototypes (6.13 on).
+pub(super) const MMAP_LOCK_BTF: [&str; 3] =
+    ["btf_start_locking", "btf_acquire_returned", "btf_released"];
+/// BTF tracepoints for the `(mm, memcg_path, write[, success])` prototypes (before 6.13).
+const MMAP_LOCK_BTF_MEMCG: [&str; 3] = [
+    "btf_memcg_start_locking",
+    "btf_memcg_acquire_returned",
+    "btf_memcg_released",
+];
+/// The classic tracepoints' fallback (named as the events are).
+const MMAP_LOCK_CLASSIC: [&str; 3] = [
+    "mmap_lock_start_locking",
+    "mmap_lock_acquire_returned",
+    "mmap_lock_released",
+];
+/// The targets' lifecycle, attached with the lock programs.
+const SCHED_PROCESS_EXIT: &str = "sched_process_exit";
+const SCHED_PROCESS_FORK: &str = "sched_process_fork";
+const SCHED_PROCESS_EXEC: &str = "sched_process_exec";
+
+const PROGRAMS: [&str; 12] = [
+    MMAP_LOCK_BTF[0],
+    MMAP_LOCK_BTF[1],
+    MMAP_LOCK_BTF[2],
+    MMAP_LOCK_BTF_MEMCG[0],
+    MMAP_LOCK_BTF_MEMCG[1],
+    MMAP_LOCK_BTF_MEMCG[2],
+    MMAP_LOCK_CLASSIC[0],
+    MMAP_LOCK_CLASSIC[1],
+    MMAP_LOCK_CLASSIC[2],
+    SCHED_PROCESS_EXIT,
+    SCHED_PROCESS_FORK,
+    SCHED_PROCESS_EXEC,
+];
 
 /// The aggregated waits and holds (AGG), the per-mode totals, and the operations still in
 /// flight.
 fn read(probes: &Probes, harvest: &mut Harvest) -> Result<()> {
     let ebpf = &probes.ebpf;
-    harvest.entries = super::read_shared(ebpf, map_names::AGG)?
+    harvest.entries = super::read_shared(ebpf, super::AGG)?
         .into_iter()
         .map(|(key, mut value): (AggKey, AggValue)| {
             // The programs count into the histogram only (tracer-ebpf's add_duration).
@@ -55,10 +92,9 @@ fn read(probes: &Probes, harvest: &mut Harvest) -> Result<()> {
             RawEntry::exact(key, value)
         })
         .collect();
-    harvest.totals =
-        super::read_array(&super::map_ref(ebpf, map_names::TOTALS)?, ModeTotals::merge)?;
+    harvest.totals = super::read_array(&super::map_ref(ebpf, super::TOTALS)?, ModeTotals::merge)?;
     let target_mms = super::read_target_mms(ebpf)?;
-    let states = super::read_shared::<StateKey, LockState>(ebpf, map_names::LOCK_STATE)?;
+    let states = super::read_shared::<StateKey, LockState>(ebpf, super::LOCK_STATE)?;
     harvest.in_flight = InFlight::default();
     add_in_flight(
         &mut harvest.in_flight,
@@ -89,9 +125,9 @@ fn btf_programs(args: &[LockArgIndices; 3]) -> Option<[&'static str; 3]> {
         })
     };
     if layout(1) {
-        Some(program_names::MMAP_LOCK_BTF)
+        Some(MMAP_LOCK_BTF)
     } else if layout(2) {
-        Some(program_names::MMAP_LOCK_BTF_MEMCG)
+        Some(MMAP_LOCK_BTF_MEMCG)
     } else {
         None
     }
@@ -129,7 +165,7 @@ fn attach(
             ),
         }
     }
-    attach_classic(ebpf, &program_names::MMAP_LOCK_CLASSIC)?;
+    attach_classic(ebpf, &MMAP_LOCK_CLASSIC)?;
     Ok(LockTracepoints::Classic)
 }
 
@@ -142,16 +178,16 @@ fn attach(
 fn attach_target_lifecycle(ebpf: &mut Ebpf) {
     for (name, without) in [
         (
-            program_names::SCHED_PROCESS_EXIT,
+            SCHED_PROCESS_EXIT,
             "a target's mm reused after it exits may show its new owner's exec as an outside \
              locker, and exited threads' time is left out of thread time",
         ),
         (
-            program_names::SCHED_PROCESS_FORK,
+            SCHED_PROCESS_FORK,
             "the processes a traced command starts are not traced",
         ),
         (
-            program_names::SCHED_PROCESS_EXEC,
+            SCHED_PROCESS_EXEC,
             "a process that ends before the tracer reads its name may be named as the one \
              that started it",
         ),

@@ -30,7 +30,7 @@ use aya::{
     Ebpf, EbpfLoader, Pod,
 };
 use tracer_common::{
-    holder_slot, map_names, AggKey, AggValue, BlockKey, BlockValue, Config, Counter, FastTargets,
+    holder_slot, AggKey, AggValue, BlockKey, BlockValue, Config, Counter, FastTargets,
     HolderRecord, LockState, SleepKey, StateKey, COUNTER_SLOTS, EXITED_LIFETIME_NS, EXITED_THREADS,
     FAST_TARGETS, PER_THREAD_ALWAYS, PER_THREAD_WHILE_ROOM,
 };
@@ -82,6 +82,14 @@ struct Family {
     attach: fn(&mut Attach, &mut Features) -> Result<()>,
     /// Reads the family's maps into a harvest.
     read: fn(&Probes, &mut Harvest) -> Result<()>,
+    /// The names of the maps the family's eBPF module defines, and of its programs: each is
+    /// the name of a `#[map]` static or a program function in tracer-ebpf, which the
+    /// object-names test checks against the compiled object, both ways (the names the
+    /// family's code opens are these constants, so the test covers them).
+    #[cfg_attr(not(test), allow(dead_code))]
+    maps: &'static [&'static str],
+    #[cfg_attr(not(test), allow(dead_code))]
+    programs: &'static [&'static str],
 }
 
 impl Family {
@@ -90,8 +98,56 @@ impl Family {
         configure: |_, _| Ok(()),
         attach: |_, _| Ok(()),
         read: |_, _| Ok(()),
+        maps: &[],
+        programs: &[],
     };
 }
+
+// The maps of the core that every family's programs share (tracer-ebpf's `maps.rs` and
+// `target.rs`), and the load-time `Config` global (`EbpfLoader::override_global`).
+const CONFIG: &str = "CONFIG";
+const AGG: &str = "AGG";
+const ARMED: &str = "ARMED";
+const COUNTERS: &str = "COUNTERS";
+/// Written and read by the programs alone; named for the object-names test.
+#[cfg(test)]
+const KEY_COUNTS: &str = "KEY_COUNTS";
+const LOCK_STATE: &str = "LOCK_STATE";
+#[cfg(test)]
+const MAP_FULL: &str = "MAP_FULL";
+const STACKS: &str = "STACKS";
+const TID_HOLDING: &str = "TID_HOLDING";
+const TOTALS: &str = "TOTALS";
+const TRACE_START: &str = "TRACE_START";
+const DISCOVER: &str = "DISCOVER";
+const EXEC_COMMS: &str = "EXEC_COMMS";
+const LOCKER_COMMS: &str = "LOCKER_COMMS";
+const TARGET_MMS: &str = "TARGET_MMS";
+const TARGET_SLOTS: &str = "TARGET_SLOTS";
+const TARGET_TGIDS: &str = "TARGET_TGIDS";
+const THREAD_EXITS: &str = "THREAD_EXITS";
+/// Every core map, with the timeline's ring buffer.
+#[cfg(test)]
+const CORE_MAPS: [&str; 18] = [
+    AGG,
+    ARMED,
+    COUNTERS,
+    KEY_COUNTS,
+    LOCK_STATE,
+    MAP_FULL,
+    STACKS,
+    TID_HOLDING,
+    TOTALS,
+    TRACE_START,
+    DISCOVER,
+    EXEC_COMMS,
+    LOCKER_COMMS,
+    TARGET_MMS,
+    TARGET_SLOTS,
+    TARGET_TGIDS,
+    THREAD_EXITS,
+    timeline::TIMELINE,
+];
 
 /// The compiled programs, built by build.rs from the tracer-ebpf crate.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer"));
@@ -419,36 +475,27 @@ impl Probes {
         raise_memlock_limit();
         let mut loader = EbpfLoader::new();
         if settings.system_wide || settings.inherit {
-            for name in [
-                map_names::TARGET_MMS,
-                map_names::HOLDERS,
-                map_names::LOCKER_COMMS,
-                map_names::EXEC_COMMS,
-            ] {
+            for name in [TARGET_MMS, blockers::HOLDERS, LOCKER_COMMS, EXEC_COMMS] {
                 loader.map_max_entries(name, SYSTEM_WIDE_PROCESSES);
             }
         }
         if let Some(entries) = settings.thread_entries {
-            for name in [
-                map_names::LOCK_STATE,
-                map_names::TID_HOLDING,
-                map_names::SYSCALLS_ACTIVE,
-            ] {
+            for name in [LOCK_STATE, TID_HOLDING, syscalls::SYSCALLS_ACTIVE] {
                 loader.map_max_entries(name, entries);
             }
         }
         if settings.inherit {
             // The command's processes alive at once (a make -j's compilers and their children).
-            loader.map_max_entries(map_names::TARGET_TGIDS, INHERITED_PROCESSES);
+            loader.map_max_entries(TARGET_TGIDS, INHERITED_PROCESSES);
         }
         let mut ebpf = loader
-            .override_global(map_names::CONFIG, &config, true)
-            .map_max_entries(map_names::AGG, settings.max_entries)
-            .map_max_entries(map_names::BLOCKED, settings.max_entries)
-            .map_max_entries(map_names::HOLDER_INFO, config.holder_slots_mask + 1)
-            .map_max_entries(map_names::STACKS, settings.max_stacks)
+            .override_global(CONFIG, &config, true)
+            .map_max_entries(AGG, settings.max_entries)
+            .map_max_entries(blockers::BLOCKED, settings.max_entries)
+            .map_max_entries(blockers::HOLDER_INFO, config.holder_slots_mask + 1)
+            .map_max_entries(STACKS, settings.max_stacks)
             .map_max_entries(
-                map_names::TIMELINE,
+                timeline::TIMELINE,
                 if timeline_on {
                     settings.ring_bytes.unwrap_or(timeline::RING_BYTES)
                 } else {
@@ -456,7 +503,7 @@ impl Probes {
                 },
             )
             .map_max_entries(
-                map_names::USER_STACKS,
+                user_stacks::USER_STACKS,
                 if copies_on {
                     settings.ring_bytes.unwrap_or(user_stacks::RING_BYTES)
                 } else {
@@ -508,7 +555,7 @@ impl Probes {
     /// Where the trace starts, for the lifetimes of threads that exit during it: call it just
     /// before arming, with the same clock as bpf_ktime_get_ns.
     pub fn set_trace_start(&mut self, monotonic_ns: u64) -> Result<()> {
-        let mut start: Array<_, u64> = map(&mut self.ebpf, map_names::TRACE_START)?;
+        let mut start: Array<_, u64> = map(&mut self.ebpf, TRACE_START)?;
         start
             .set(0, monotonic_ns, 0)
             .context("setting TRACE_START")?;
@@ -518,19 +565,19 @@ impl Probes {
 
     /// Starts (true) or stops (false) event processing in every program at once.
     pub fn set_armed(&mut self, on: bool) -> Result<()> {
-        let mut armed: Array<_, u32> = map(&mut self.ebpf, map_names::ARMED)?;
+        let mut armed: Array<_, u32> = map(&mut self.ebpf, ARMED)?;
         armed.set(0, on as u32, 0).context("setting ARMED")
     }
 
     /// Adds a target process: its threads' locks on its own mm are traced from now on.
     pub fn add_target(&mut self, pid: u32) -> Result<()> {
-        let mut tgids: BpfHashMap<_, u32, u32> = map(&mut self.ebpf, map_names::TARGET_TGIDS)?;
+        let mut tgids: BpfHashMap<_, u32, u32> = map(&mut self.ebpf, TARGET_TGIDS)?;
         tgids.insert(pid, 0, 0).context("registering target pid")?;
         if let Some(slots) = &mut self.slots {
             if slots.len() >= FAST_TARGETS {
                 bail!("target slots hold at most {FAST_TARGETS} targets");
             }
-            let mut array: Array<_, FastTargets> = map(&mut self.ebpf, map_names::TARGET_SLOTS)?;
+            let mut array: Array<_, FastTargets> = map(&mut self.ebpf, TARGET_SLOTS)?;
             // Keeps the mms the programs learnt for the targets added before.
             let mut targets = array.get(&0, 0).context("reading TARGET_SLOTS")?;
             targets.pids[slots.len()] = pid;
@@ -552,7 +599,7 @@ impl Probes {
             return Ok(true);
         }
         let set = |ebpf: &mut Ebpf, value: u32| -> Result<()> {
-            let mut discover: Array<_, u32> = map(ebpf, map_names::DISCOVER)?;
+            let mut discover: Array<_, u32> = map(ebpf, DISCOVER)?;
             discover.set(0, value, 0).context("setting DISCOVER")
         };
         set(&mut self.ebpf, pid)?;
@@ -610,16 +657,14 @@ impl Probes {
 
 impl Forget for Probes {
     fn thread_states(&self) -> Result<Vec<(StateKey, bool)>> {
-        Ok(
-            read_shared::<StateKey, LockState>(&self.ebpf, map_names::LOCK_STATE)?
-                .into_iter()
-                .map(|(key, st)| {
-                    let pending =
-                        st.pending_wait.is_some() || st.pending_holds.iter().any(|h| h.is_some());
-                    (key, pending)
-                })
-                .collect(),
-        )
+        Ok(read_shared::<StateKey, LockState>(&self.ebpf, LOCK_STATE)?
+            .into_iter()
+            .map(|(key, st)| {
+                let pending =
+                    st.pending_wait.is_some() || st.pending_holds.iter().any(|h| h.is_some());
+                (key, pending)
+            })
+            .collect())
     }
 
     /// Deletes the kernel entries of processes that are gone, as the mm owner or as an outside
@@ -630,16 +675,15 @@ impl Forget for Probes {
             return Ok(0);
         }
         let of_gone = |k: &AggKey| gone.contains(&k.pid) || gone.contains(&k.locker_pid);
-        let mut deleted = delete_where::<AggKey, AggValue>(&self.ebpf, map_names::AGG, of_gone)?;
+        let mut deleted = delete_where::<AggKey, AggValue>(&self.ebpf, AGG, of_gone)?;
         // Empty without attribution (--lean): one read each.
-        deleted += delete_where::<BlockKey, BlockValue>(&self.ebpf, map_names::BLOCKED, |k| {
+        deleted += delete_where::<BlockKey, BlockValue>(&self.ebpf, blockers::BLOCKED, |k| {
             of_gone(&k.waiter)
         })?;
-        deleted +=
-            delete_where::<SleepKey, u64>(&self.ebpf, map_names::SLEEPS, |k| of_gone(&k.hold))?;
+        deleted += delete_where::<SleepKey, u64>(&self.ebpf, sched::SLEEPS, |k| of_gone(&k.hold))?;
         let comms: Vec<u32> = gone.iter().copied().collect();
-        deleted += delete_from(&self.ebpf, map_names::LOCKER_COMMS, &comms)?;
-        deleted += delete_from(&self.ebpf, map_names::EXEC_COMMS, &comms)?;
+        deleted += delete_from(&self.ebpf, LOCKER_COMMS, &comms)?;
+        deleted += delete_from(&self.ebpf, EXEC_COMMS, &comms)?;
         Ok(deleted)
     }
 
@@ -647,10 +691,10 @@ impl Forget for Probes {
     /// and by thread id, what attribution keeps of them. The maps are LRUs, so the dead would
     /// only be evicted once full, with the living among them.
     fn forget_threads(&self, states: &[StateKey]) -> Result<usize> {
-        let mut deleted = delete_from(&self.ebpf, map_names::LOCK_STATE, states)?;
+        let mut deleted = delete_from(&self.ebpf, LOCK_STATE, states)?;
         let mut tids: Vec<u32> = states.iter().map(|k| k.tid).collect();
         tids.dedup();
-        for name in [map_names::TID_HOLDING, map_names::SYSCALLS_ACTIVE] {
+        for name in [TID_HOLDING, syscalls::SYSCALLS_ACTIVE] {
             deleted += delete_from(&self.ebpf, name, &tids)?;
         }
         Ok(deleted)
@@ -664,7 +708,7 @@ impl Source for Probes {
 
     /// The processes the programs follow from the listed targets' forks, alive now (inherit).
     fn inherited_pids(&self) -> Result<Vec<u32>> {
-        let tgids: BpfHashMap<_, u32, u32> = map_ref(&self.ebpf, map_names::TARGET_TGIDS)?;
+        let tgids: BpfHashMap<_, u32, u32> = map_ref(&self.ebpf, TARGET_TGIDS)?;
         Ok(tgids
             .iter()
             .filter_map(|r| r.ok())
@@ -676,7 +720,7 @@ impl Source for Probes {
     /// The processes whose mm the programs have registered so far (system-wide mode: every
     /// process that locked its own mm; some may have exited since).
     fn exec_names(&self) -> Result<HashMap<u32, String>> {
-        Ok(read_comms(&map_ref(&self.ebpf, map_names::EXEC_COMMS)?))
+        Ok(read_comms(&map_ref(&self.ebpf, EXEC_COMMS)?))
     }
 
     fn registered_pids(&self) -> Result<Vec<u32>> {
@@ -689,8 +733,8 @@ impl Source for Probes {
     /// The processes whose user stacks the collected data refers to (its entries, its blocking
     /// records, the timeline drained so far): the mapping lists to keep for symbolizing them.
     fn user_stack_owners(&self) -> Result<HashSet<u32>> {
-        let entries: Vec<(AggKey, AggValue)> = read_shared(&self.ebpf, map_names::AGG)?;
-        let blocked: Vec<(BlockKey, BlockValue)> = read_shared(&self.ebpf, map_names::BLOCKED)?;
+        let entries: Vec<(AggKey, AggValue)> = read_shared(&self.ebpf, AGG)?;
+        let blocked: Vec<(BlockKey, BlockValue)> = read_shared(&self.ebpf, blockers::BLOCKED)?;
         let timeline = self.timeline.iter().flat_map(TimelineReader::keys);
         let owners = entries
             .iter()
@@ -708,7 +752,7 @@ impl Source for Probes {
     }
 
     fn exited_threads(&self) -> Result<(u64, u64)> {
-        let exits: PerCpuArray<_, u64> = map_ref(&self.ebpf, map_names::THREAD_EXITS)?;
+        let exits: PerCpuArray<_, u64> = map_ref(&self.ebpf, THREAD_EXITS)?;
         let sum = |slot: u32| -> Result<u64> { Ok(exits.get(&slot, 0)?.iter().sum()) };
         Ok((sum(EXITED_LIFETIME_NS)?, sum(EXITED_THREADS)?))
     }
@@ -737,7 +781,7 @@ impl Source for Probes {
     /// The frames of one stack of the stack map (a frame-pointer user stack, say), if it is
     /// still there.
     fn stack(&self, id: i32) -> Option<Vec<u64>> {
-        let map: StackTraceMap<&MapData> = map_ref(&self.ebpf, map_names::STACKS).ok()?;
+        let map: StackTraceMap<&MapData> = map_ref(&self.ebpf, STACKS).ok()?;
         let ids = HashSet::from([u32::try_from(id).ok()?]);
         read_stacks(&map, &ids).remove(&id)
     }
@@ -782,8 +826,8 @@ fn late_stack_threshold(stack_threshold_ns: u64) -> u64 {
 fn read_maps(probes: &Probes, timeline: Vec<tracer_common::TimelineEvent>) -> Result<Harvest> {
     let ebpf = &probes.ebpf;
     let mut harvest = Harvest {
-        counters: read_counters(&map_ref(ebpf, map_names::COUNTERS)?)?,
-        locker_comms: read_comms(&map_ref(ebpf, map_names::LOCKER_COMMS)?),
+        counters: read_counters(&map_ref(ebpf, COUNTERS)?)?,
+        locker_comms: read_comms(&map_ref(ebpf, LOCKER_COMMS)?),
         features: probes.features,
         timeline,
         run_stats: self_cost::read_runs(ebpf, &probes.run_stats),
@@ -799,7 +843,7 @@ fn read_maps(probes: &Probes, timeline: Vec<tracer_common::TimelineEvent>) -> Re
             StackRef::Kernel(id) | StackRef::User { id, .. } => id as u32,
         })
         .collect();
-    harvest.stacks = read_stacks(&map_ref(ebpf, map_names::STACKS)?, &ids);
+    harvest.stacks = read_stacks(&map_ref(ebpf, STACKS)?, &ids);
     Ok(harvest)
 }
 
@@ -808,14 +852,14 @@ fn read_maps(probes: &Probes, timeline: Vec<tracer_common::TimelineEvent>) -> Re
 /// target's (the programs make none for other mms), including those of mms that are gone: an
 /// exec leaves the old mm's last operation pending, with no later step on that mm to flush it.
 fn fold_pending(ebpf: &Ebpf, capacity: usize, harvest: &mut Harvest) -> Result<()> {
-    let states: BpfHashMap<_, StateKey, LockState> = map_ref(ebpf, map_names::LOCK_STATE)?;
+    let states: BpfHashMap<_, StateKey, LockState> = map_ref(ebpf, LOCK_STATE)?;
     let pending: Vec<LockState> = states
         .iter()
         .filter_map(|r| r.ok())
         .map(|(_, st)| st)
         .filter(|st| st.pending_wait.is_some() || st.pending_holds.iter().any(|h| h.is_some()))
         .collect();
-    let holders: aya::maps::Array<_, HolderRecord> = map_ref(ebpf, map_names::HOLDER_INFO)?;
+    let holders: aya::maps::Array<_, HolderRecord> = map_ref(ebpf, blockers::HOLDER_INFO)?;
     let mask = holders.len() - 1;
     pending::fold(harvest, &pending, capacity, |id| {
         let record = holders.get(&holder_slot(id, mask), 0).ok()?;
@@ -825,7 +869,7 @@ fn fold_pending(ebpf: &Ebpf, capacity: usize, harvest: &mut Harvest) -> Result<(
 }
 
 fn read_target_mms(ebpf: &Ebpf) -> Result<HashMap<u64, u32>> {
-    let mms: BpfHashMap<_, u64, u32> = map_ref(ebpf, map_names::TARGET_MMS)?;
+    let mms: BpfHashMap<_, u64, u32> = map_ref(ebpf, TARGET_MMS)?;
     Ok(mms.iter().filter_map(|r| r.ok()).collect())
 }
 

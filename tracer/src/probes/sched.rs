@@ -3,7 +3,6 @@
 
 use anyhow::{anyhow, Result};
 use aya::{programs::BtfTracePoint, Ebpf};
-use tracer_common::{map_names, program_names::SCHED_SWITCH};
 
 use super::{Family, Probes};
 use crate::model::Harvest;
@@ -16,12 +15,19 @@ pub(super) const FAMILY: Family = Family {
         Ok(())
     },
     read,
+    maps: &[SLEEPS],
+    programs: &[SCHED_SWITCH],
     ..Family::NOTHING
 };
 
+/// Holds' sleeping time by kernel stack (written by the mmap_lock programs, from what
+/// sched_switch saw); the daemon's forgetting of gone threads clears it too.
+pub(super) const SLEEPS: &str = "SLEEPS";
+const SCHED_SWITCH: &str = "sched_switch";
+
 /// Holds' sleeping time by the kernel stack they slept in (SLEEPS).
 fn read(probes: &Probes, harvest: &mut Harvest) -> Result<()> {
-    harvest.sleeps = super::read_shared(&probes.ebpf, map_names::SLEEPS)?;
+    harvest.sleeps = super::read_shared(&probes.ebpf, SLEEPS)?;
     Ok(())
 }
 

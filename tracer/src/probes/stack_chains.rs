@@ -163,7 +163,7 @@ fn every_programs_call_chain_fits_the_512_byte_stack_of_older_kernels() {
     assert!(
         programs
             .iter()
-            .any(|f| f.name == tracer_common::program_names::MMAP_LOCK_BTF[0]),
+            .any(|f| f.name == super::mmap_lock::MMAP_LOCK_BTF[0]),
         "no btf_start_locking among {:?}",
         programs.iter().map(|f| &f.name).collect::<Vec<_>>()
     );

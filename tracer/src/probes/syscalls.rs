@@ -5,11 +5,10 @@
 
 use anyhow::Result;
 use aya::Ebpf;
-use tracer_common::{map_names, program_names, Config, SyscallTotals, MM_SYSCALLS};
+use tracer_common::{Config, SyscallTotals, MM_SYSCALLS};
 
 use super::{Family, Probes};
 use crate::model::{Features, Harvest};
-
 use crate::system::tracefs::{Tracefs, MM_SYSCALL_TRACEPOINTS};
 
 /// This architecture's numbers for MM_SYSCALLS, in that order.
@@ -31,11 +30,19 @@ pub(super) const FAMILY: Family = Family {
         Ok(())
     },
     read,
+    maps: &[SYSCALLS_ACTIVE, SYSCALL_TOTALS],
+    programs: &[MM_SYSCALL_ENTER, MM_SYSCALL_EXIT],
 };
+
+/// The mm syscall each thread is in (cleared for threads gone, by the daemon).
+pub(super) const SYSCALLS_ACTIVE: &str = "SYSCALLS_ACTIVE";
+const SYSCALL_TOTALS: &str = "SYSCALL_TOTALS";
+const MM_SYSCALL_ENTER: &str = "mm_syscall_enter";
+const MM_SYSCALL_EXIT: &str = "mm_syscall_exit";
 
 /// The per-syscall totals (SYSCALL_TOTALS).
 fn read(probes: &Probes, harvest: &mut Harvest) -> Result<()> {
-    let map = super::map_ref(&probes.ebpf, map_names::SYSCALL_TOTALS)?;
+    let map = super::map_ref(&probes.ebpf, SYSCALL_TOTALS)?;
     harvest.syscalls = super::read_array(&map, SyscallTotals::merge)?;
     Ok(())
 }
@@ -61,13 +68,7 @@ fn attach(ebpf: &mut Ebpf, tracefs: &Tracefs, links: &mut super::ClassicLinks) -
         .map(|(_, exit)| *exit)
         .collect();
     Ok(
-        super::attach_tracepoints(ebpf, tracefs, program_names::MM_SYSCALL_EXIT, &exits, links)?
-            && super::attach_tracepoints(
-                ebpf,
-                tracefs,
-                program_names::MM_SYSCALL_ENTER,
-                &enters,
-                links,
-            )?,
+        super::attach_tracepoints(ebpf, tracefs, MM_SYSCALL_EXIT, &exits, links)?
+            && super::attach_tracepoints(ebpf, tracefs, MM_SYSCALL_ENTER, &enters, links)?,
     )
 }

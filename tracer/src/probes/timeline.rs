@@ -5,7 +5,10 @@ use aya::{
     maps::{MapData, RingBuf},
     Ebpf,
 };
-use tracer_common::{map_names, AggKey, TimelineEvent};
+use tracer_common::{AggKey, TimelineEvent};
+
+/// The ring buffer the mmap_lock programs stream long waits and holds to.
+pub(super) const TIMELINE: &str = "TIMELINE";
 
 /// Ring buffer size when a timeline is asked for: about 87,000 events of 48 bytes (with the
 /// ring's header), several seconds of a badly convoying process between two drains.
@@ -26,7 +29,7 @@ pub struct TimelineReader {
 impl TimelineReader {
     pub fn open(ebpf: &mut Ebpf) -> Result<Self> {
         let map = ebpf
-            .take_map(map_names::TIMELINE)
+            .take_map(TIMELINE)
             .ok_or_else(|| anyhow!("eBPF object has no map TIMELINE"))?;
         Ok(Self {
             ring: RingBuf::try_from(map)?,

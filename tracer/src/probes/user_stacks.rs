@@ -7,7 +7,7 @@ use aya::{
     Ebpf,
 };
 use tracer_common::{
-    map_names, Config, UserStackCopyHeader, UserStackEvent, USER_STACK_MAX, USER_STACK_MAX_PAGES,
+    Config, UserStackCopyHeader, UserStackEvent, USER_STACK_MAX, USER_STACK_MAX_PAGES,
     USER_STACK_PAGE, USER_STACK_RECORD_COPY, USER_STACK_RECORD_EVENT, USER_STACK_SMALL_PAGES,
 };
 
@@ -22,8 +22,14 @@ pub(super) const FAMILY: Family = Family {
         configure_user_regs(setup.offsets, config);
         configure_copies(setup.settings, config)
     },
+    maps: &[COPY_BUDGET, SAMPLE_TICK, USER_STACKS],
     ..Family::NOTHING
 };
+
+/// The copies' ring buffer, sized at load.
+pub(super) const USER_STACKS: &str = "USER_STACKS";
+const COPY_BUDGET: &str = "COPY_BUDGET";
+const SAMPLE_TICK: &str = "SAMPLE_TICK";
 
 /// Ring buffer size when copies are asked for: about 400 copies of the default window (120 of
 /// the largest), more than a drain interval (100 ms) of long waits and holds; what does not fit
@@ -49,7 +55,7 @@ pub struct UserStackReader {
 impl UserStackReader {
     pub fn open(ebpf: &mut Ebpf) -> Result<Self> {
         let map = ebpf
-            .take_map(map_names::USER_STACKS)
+            .take_map(USER_STACKS)
             .ok_or_else(|| anyhow!("eBPF object has no map USER_STACKS"))?;
         Ok(Self {
             ring: RingBuf::try_from(map)?,
