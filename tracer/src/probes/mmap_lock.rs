@@ -39,6 +39,8 @@ pub(super) const FAMILY: Family = Family {
         Ok(())
     },
     read,
+    // AGG, TOTALS and LOCK_STATE, which it reads, are the core's (named in probes/mod.rs):
+    // every family's programs write them.
     maps: &[],
     programs: &PROGRAMS,
 };
