@@ -218,9 +218,9 @@ fn mode_row(out: &mut String, name: &str, m: &ModeTotals) {
     );
 }
 
-/// A write hold downgraded to read (munmap does it to free the pages outside the write lock) goes on
-/// as a read hold that no read acquisition began: without this line the read row's holds
-/// outnumber its acquisitions with nothing to say why.
+/// A write hold downgraded to read (munmap does it to free the pages outside the write lock)
+/// goes on as a read hold that no read acquisition began: without this line the read row's
+/// holds outnumber its acquisitions with nothing to say why.
 fn downgrades(out: &mut String, downgrades: u64) {
     if downgrades > 0 {
         let _ = writeln!(

@@ -59,11 +59,9 @@ fn attach(
             Err(err) => log::debug!("lock contention as BTF tracepoints: {err:#}"),
         }
     }
-    let begin = CLASSIC_BEGIN;
-    let end = CLASSIC_END;
     Ok(
-        super::attach_tracepoints(ebpf, tracefs, begin, &[CONTENTION_BEGIN], links)?
-            && super::attach_tracepoints(ebpf, tracefs, end, &[CONTENTION_END], links)?,
+        super::attach_tracepoints(ebpf, tracefs, CLASSIC_BEGIN, &[CONTENTION_BEGIN], links)?
+            && super::attach_tracepoints(ebpf, tracefs, CLASSIC_END, &[CONTENTION_END], links)?,
     )
 }
 
