@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::Notify;
-use tracer_common::{StateKey, FAULTS_USER};
+use tracer_common::StateKey;
 
 use crate::model::thread_time::thread_time_ns;
 use crate::model::unwound::{splice, PendingCopies, StackRecord, Unwound};
@@ -159,7 +159,10 @@ impl Watch {
     /// Adds what user space knows to a harvest: unwound stacks and the fault total.
     pub fn complete(&self, harvest: &mut Harvest) {
         self.unwound.apply_to(harvest);
-        harvest.faults[FAULTS_USER as usize] = self.faults_taken();
+        harvest
+            .sections
+            .faults
+            .set_taken_from_proc(self.faults_taken());
     }
 
     /// Pairs the kernel's stack copies with the events that use them and unwinds each copy

@@ -19,4 +19,5 @@ pub mod run;
 pub mod serve;
 pub mod symbolize;
 pub mod system;
+pub mod units;
 pub mod unwind;

@@ -29,31 +29,15 @@ pub fn check_json(report: &Value) -> Vec<String> {
     check_processes(report, entries, &mut broken);
     check_causes(report, entries, &mut broken);
     check_shares_and_sides(report, &mut broken);
-    check_fault_holds(report, entries, &mut broken);
+    super::sections::check(report, entries, &mut broken);
     broken
-}
-
-/// The page-fault holds split into user-mode and kernel-mode ones: the two add up to the
-/// targets' own "page fault" hold entries.
-fn check_fault_holds(report: &Value, entries: &[Value], broken: &mut Vec<String>) {
-    let faults = &report["faults"];
-    let split = n(faults, "user_mode_holds") + n(faults, "kernel_mode_holds");
-    let holds: u64 = entries
-        .iter()
-        .filter(|e| e["kind"] == "hold" && e["cause"] == "page_fault")
-        .filter(|e| e["outside_locker"] == false)
-        .map(|e| n(e, "count"))
-        .sum();
-    expect(broken, split == holds, || {
-        format!("page-fault holds: {split} user- and kernel-mode, the entries {holds}")
-    });
 }
 
 fn array<'a>(v: &'a Value, field: &str) -> &'a [Value] {
     v[field].as_array().map_or(&[], Vec::as_slice)
 }
 
-fn n(v: &Value, field: &str) -> u64 {
+pub(super) fn n(v: &Value, field: &str) -> u64 {
     v[field].as_u64().unwrap_or(0)
 }
 
@@ -62,7 +46,7 @@ fn f(v: &Value, field: &str) -> f64 {
 }
 
 /// Adds a line to `broken` unless `holds`.
-fn expect(broken: &mut Vec<String>, holds: bool, what: impl FnOnce() -> String) {
+pub(super) fn expect(broken: &mut Vec<String>, holds: bool, what: impl FnOnce() -> String) {
     if !holds {
         broken.push(what());
     }
@@ -253,29 +237,12 @@ fn check_causes(report: &Value, entries: &[Value], broken: &mut Vec<String>) {
     }
 }
 
-/// Report-wide shares and the fault and syscall tables.
+/// Report-wide shares.
 fn check_shares_and_sides(report: &Value, broken: &mut Vec<String>) {
     let share = f(report, "wait_share");
     expect(broken, (0.0..=1.0 + EPSILON).contains(&share), || {
         format!("wait share {share} of thread time")
     });
-    let faults = &report["faults"];
-    expect(
-        broken,
-        n(faults, "filemap_under_mmap_lock") <= n(faults, "filemap"),
-        || "more filemap faults under mmap_lock than filemap faults".to_string(),
-    );
-    if let Some(syscalls) = report["syscalls"].as_object() {
-        for (name, s) in syscalls {
-            let lock = n(s, "lock_wait_ns") + n(s, "lock_hold_ns");
-            expect(broken, lock <= n(s, "total_ns"), || {
-                format!(
-                    "{name}: {lock} ns of lock wait and hold in {} ns of syscall",
-                    n(s, "total_ns")
-                )
-            });
-        }
-    }
 }
 
 #[cfg(test)]

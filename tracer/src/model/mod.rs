@@ -8,6 +8,7 @@ pub mod invariants;
 pub mod processes;
 pub mod report;
 pub mod schema;
+pub mod sections;
 pub mod self_cost;
 pub mod series;
 pub mod thread_time;
@@ -19,7 +20,7 @@ use std::collections::{HashMap, HashSet};
 use serde::Serialize;
 use tracer_common::{
     AggKey, AggValue, BlockKey, BlockValue, Counter, HolderKey, LockTiming, ModeTotals, SleepKey,
-    SyscallTotals, TimelineEvent, FAULT_SLOTS, MM_SYSCALLS, TOTALS_SLOTS,
+    TimelineEvent, TOTALS_SLOTS,
 };
 
 pub use cause::Cause;
@@ -87,8 +88,8 @@ pub struct Harvest {
     pub blocked: Vec<(BlockKey, BlockValue)>,
     /// Holds' sleeping time by the kernel stack they slept in.
     pub sleeps: Vec<(SleepKey, u64)>,
-    pub syscalls: [SyscallTotals; MM_SYSCALLS.len()],
-    pub faults: [u64; FAULT_SLOTS as usize],
+    /// The counters of the families that add a section of their own to the report.
+    pub sections: sections::RawSections,
     pub features: Features,
     /// Waits and holds over the timeline threshold, oldest first (empty in snapshots and when
     /// no timeline was asked for).

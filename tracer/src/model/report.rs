@@ -3,12 +3,12 @@
 use std::collections::{BTreeMap, HashMap};
 
 use tracer_common::{
-    AggKey, BlockKey, BlockValue, ModeTotals, FAULTS_FILEMAP, FAULTS_FILEMAP_UNDER_LOCK,
-    FAULTS_TOOK_MMAP_LOCK, FAULTS_USER, HIST_SLOTS, KIND_WAIT, MM_SYSCALLS, MODE_WRITE, NO_STACK,
+    AggKey, BlockKey, BlockValue, ModeTotals, HIST_SLOTS, KIND_WAIT, MODE_WRITE, NO_STACK,
 };
 
 use super::processes::process_rows;
 pub use super::schema::*;
+use super::sections::{Sections, Seen};
 use super::self_cost::self_cost;
 use super::unwound::UserStackKind;
 use super::{
@@ -23,7 +23,6 @@ const MAX_TIDS: usize = 8;
 pub fn build_report(harvest: &Harvest, symbols: &Symbols, meta: &TraceMeta) -> Report {
     let index = Index::new(harvest, symbols, meta);
     let entries = sorted_entries(harvest, &index);
-    let (user_mode_holds, kernel_mode_holds) = index.fault_holds();
     let processes = process_rows(&entries, |pid| process_name(harvest, meta, pid));
     let totals = totals_of(harvest, &[0, 1, 2, 3]);
     let own_wait_ns: u64 = harvest.totals[..2].iter().map(|t| t.wait_ns).sum();
@@ -51,19 +50,13 @@ pub fn build_report(harvest: &Harvest, symbols: &Symbols, meta: &TraceMeta) -> R
             .map(|(c, n)| (c.name(), *n))
             .collect(),
         in_flight: harvest.in_flight,
-        faults: Faults {
-            total: harvest.faults[FAULTS_USER as usize],
-            took_mmap_lock: harvest.faults[FAULTS_TOOK_MMAP_LOCK as usize],
-            filemap: harvest.faults[FAULTS_FILEMAP as usize],
-            filemap_under_mmap_lock: harvest.faults[FAULTS_FILEMAP_UNDER_LOCK as usize],
-            user_mode_holds,
-            kernel_mode_holds,
-        },
-        syscalls: MM_SYSCALLS
-            .iter()
-            .zip(harvest.syscalls)
-            .map(|(name, totals)| (*name, totals))
-            .collect(),
+        sections: Sections::build(
+            &harvest.sections,
+            &Seen {
+                entries: &harvest.entries,
+                cause: &|k| cause_of(k.syscall, k.fault, index.kernel(k.kernel_stack)),
+            },
+        ),
         features: harvest.features,
         self_cost: self_cost(&harvest.run_stats, meta.duration_ns, meta.thread_time_ns),
     }
@@ -179,26 +172,6 @@ impl<'a> Index<'a> {
             pid,
             comm: self.harvest.locker_comms.get(&pid).cloned(),
         })
-    }
-
-    /// Holds by the targets' own page faults: (from user mode, from the kernel). A lock taken
-    /// for a fault outside any mm syscall is a user-mode fault when the kernel was entered
-    /// through the exception (`fault` set), else a fault inside another syscall.
-    fn fault_holds(&self) -> (u64, u64) {
-        let mut holds = (0, 0);
-        for raw in &self.harvest.entries {
-            let k = &raw.key;
-            let cause = cause_of(k.syscall, k.fault, self.kernel(k.kernel_stack));
-            if k.kind == KIND_WAIT || k.locker_pid != 0 || cause != Cause::PageFault {
-                continue;
-            }
-            if k.fault != 0 {
-                holds.0 += raw.value.count;
-            } else {
-                holds.1 += raw.value.count;
-            }
-        }
-        holds
     }
 
     fn entry_of(&self, raw: &RawEntry) -> Entry {
@@ -429,10 +402,12 @@ fn hist_from_rows(rows: &[[u64; 2]]) -> [u64; HIST_SLOTS] {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::model::sections::faults::Faults;
     use crate::model::self_cost::{tests::runs, RunStats};
     use crate::model::Features;
     use tracer_common::{
-        AggKey, AggValue, Counter, HolderKey, SleepKey, SyscallTotals, KIND_HOLD, MODE_READ,
+        AggKey, AggValue, Counter, HolderKey, SleepKey, SyscallTotals, KIND_HOLD, MM_SYSCALLS,
+        MODE_READ,
     };
 
     fn frame(kernel: bool, symbol: &str) -> Frame {
@@ -621,13 +596,13 @@ pub(crate) mod tests {
             ],
         );
         symbols.insert(StackRef::Kernel(6), vec![frame(true, "schedule")]);
-        harvest.syscalls[1] = SyscallTotals {
+        harvest.sections.syscalls.0[1] = SyscallTotals {
             count: 2,
             total_ns: 50_000_000,
             lock_wait_ns: 8_000_000,
             lock_hold_ns: 40_000_000,
         };
-        harvest.faults = [1000, 3, 10, 1];
+        harvest.sections.faults.0 = [1000, 3, 10, 1];
         // Read holds by page faults (kernel stack 3): two from user mode (the exception entry
         // seen), one taken in the kernel inside a syscall.
         let mut user_mode = raw(KIND_HOLD, MODE_READ, 3, NO_STACK, 0, &[10_000, 12_000]);
@@ -745,7 +720,7 @@ pub(crate) mod tests {
         let (harvest, symbols, meta) = attributed();
         let r = build_report(&harvest, &symbols, &meta);
         assert_eq!(
-            r.faults,
+            r.sections.faults,
             Faults {
                 total: 1000,
                 took_mmap_lock: 3,
@@ -755,9 +730,9 @@ pub(crate) mod tests {
                 kernel_mode_holds: 1,
             }
         );
-        assert_eq!(r.syscalls.len(), MM_SYSCALLS.len());
-        assert_eq!(r.syscalls["munmap"].count, 2);
-        assert_eq!(r.syscalls["mmap"].count, 0);
+        assert_eq!(r.sections.syscalls.len(), MM_SYSCALLS.len());
+        assert_eq!(r.sections.syscalls["munmap"].count, 2);
+        assert_eq!(r.sections.syscalls["mmap"].count, 0);
         assert!(r.features.offcpu);
     }
 

@@ -5,8 +5,9 @@
 use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
-use tracer_common::{ModeTotals, SyscallTotals, KIND_WAIT, MODE_WRITE};
+use tracer_common::{ModeTotals, KIND_WAIT, MODE_WRITE};
 
+use super::sections::Sections;
 use super::self_cost::SelfCost;
 use super::unwound::UserStackKind;
 use super::{Cause, Features, Frame, InFlight};
@@ -106,9 +107,9 @@ pub struct Report {
     /// Every drop and unpaired-event counter, zero or not.
     pub lost: BTreeMap<&'static str, u64>,
     pub in_flight: InFlight,
-    pub faults: Faults,
-    /// Per mm syscall: count, time in the syscall, and its mmap_lock wait and hold.
-    pub syscalls: BTreeMap<&'static str, SyscallTotals>,
+    /// The families' own sections (`faults`, `syscalls`), each a key of its own here.
+    #[serde(flatten)]
+    pub sections: Sections,
     /// Which optional attributions the kernel allowed.
     pub features: Features,
     /// What the tracer's programs cost the threads that hit their events.
@@ -239,28 +240,6 @@ pub struct OffCpuSplit {
     pub runnable_ns: u64,
     pub sleeping_ns: u64,
     pub uninterruptible_ns: u64,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct Faults {
-    /// Page faults of the targets on their memory, minor and major, taken in user mode or in
-    /// the kernel (copy_to_user in a syscall), from /proc/PID/stat.
-    pub total: u64,
-    /// Lock operations begun by user-mode page faults (that fell back from the per-VMA lock),
-    /// told by the kernel entering through an exception; a fault retried after dropping the
-    /// lock for I/O counts once per attempt. Kernel-mode faults are not counted here.
-    pub took_mmap_lock: u64,
-    pub filemap: u64,
-    /// filemap faults while the faulting thread held the target's mmap_lock.
-    pub filemap_under_mmap_lock: u64,
-    /// Holds of mmap_lock by the targets' page faults (the entries' `page_fault` cause) that
-    /// came from user mode.
-    pub user_mode_holds: u64,
-    /// Holds of mmap_lock by the targets' page faults taken in the kernel, inside a syscall
-    /// that is not an mm syscall (copy_to_user in read(), futex, ...): told by the kernel
-    /// stack, not counted in `took_mmap_lock`. x86 sends them straight to mmap_lock, without
-    /// trying the per-VMA lock.
-    pub kernel_mode_holds: u64,
 }
 
 /// One process's waits and holds.

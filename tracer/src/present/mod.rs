@@ -61,19 +61,7 @@ pub fn unnamed_frame(module: &str, f: &Frame) -> String {
     }
 }
 
-/// Human duration: ns, µs, ms or s with three significant-ish digits.
-pub fn human_ns(ns: u64) -> String {
-    let v = ns as f64;
-    if ns < 1_000 {
-        format!("{ns} ns")
-    } else if ns < 1_000_000 {
-        format!("{:.1} µs", v / 1e3)
-    } else if ns < 1_000_000_000 {
-        format!("{:.2} ms", v / 1e6)
-    } else {
-        format!("{:.2} s", v / 1e9)
-    }
-}
+pub use crate::units::human_ns;
 
 /// A frame in a few words, for narrow places (the live view's stack pane, timeline args):
 /// `symbol (file:line)` with the file's base name, `symbol+0xoff`, or `object+0xaddr`.
@@ -133,13 +121,5 @@ mod tests {
         assert_eq!(escaped("tab\there\r\x7f"), "tab\\there\\r\\x7f");
         assert_eq!(escaped("\u{202e}gpj.exe"), "\\u{202e}gpj.exe");
         assert_eq!(escaped("naïve µs"), "naïve µs");
-    }
-
-    #[test]
-    fn human_units() {
-        assert_eq!(human_ns(999), "999 ns");
-        assert_eq!(human_ns(12_345), "12.3 µs");
-        assert_eq!(human_ns(4_560_000), "4.56 ms");
-        assert_eq!(human_ns(2_500_000_000), "2.50 s");
     }
 }

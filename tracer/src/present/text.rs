@@ -20,7 +20,7 @@ pub fn render(report: &Report, top: usize) -> String {
     let mut out = String::new();
     header(&mut out, report);
     processes(&mut out, report, top);
-    faults_and_syscalls(&mut out, report);
+    crate::model::sections::text(&mut out, report);
     causes(&mut out, report);
     blocks(&mut out, report, top);
     footer(&mut out, report);
@@ -120,81 +120,6 @@ fn processes(out: &mut String, r: &Report, top: usize) {
             p.holds,
             human_ns(p.hold_ns),
             human_ns(p.max_hold_ns)
-        );
-    }
-}
-
-fn faults_and_syscalls(out: &mut String, r: &Report) {
-    if r.features.faults {
-        faults(out, r);
-    }
-    if !r.features.syscalls || r.syscalls.values().all(|s| s.count == 0) {
-        return;
-    }
-    let _ = writeln!(out, "\nSyscalls:");
-    let _ = writeln!(
-        out,
-        "{:<9} {:>9} {:>10} {:>10} {:>12} {:>12}",
-        "syscall", "count", "total", "avg", "lock wait", "lock hold"
-    );
-    let mut rows: Vec<_> = r.syscalls.iter().filter(|(_, s)| s.count > 0).collect();
-    rows.sort_by_key(|(_, s)| std::cmp::Reverse(s.total_ns));
-    for (name, s) in rows {
-        let _ = writeln!(
-            out,
-            "{:<9} {:>9} {:>10} {:>10} {:>12} {:>12}",
-            name,
-            s.count,
-            human_ns(s.total_ns),
-            human_ns(s.total_ns / s.count.max(1)),
-            human_ns(s.lock_wait_ns),
-            human_ns(s.lock_hold_ns)
-        );
-    }
-}
-
-/// The fault figures, each saying which faults it counts: the /proc total counts every fault,
-/// the kernel's counter only user-mode ones (an exception entry), and the "page fault" cause
-/// rows both, kernel-mode ones told by their kernel stack.
-fn faults(out: &mut String, r: &Report) {
-    let f = &r.faults;
-    let who = if r.target.system_wide {
-        "traced processes"
-    } else {
-        "target"
-    };
-    let _ = writeln!(
-        out,
-        "\nPage faults: {} by the {who} (minor + major, in user mode and in the kernel, from /proc)",
-        f.total
-    );
-    let user_mode = if r.features.per_vma_locks {
-        "user-mode faults that fell back from the per-VMA lock"
-    } else {
-        "user-mode faults (this kernel has no per-VMA locks: every one takes mmap_lock)"
-    };
-    let _ = writeln!(
-        out,
-        "  {user_mode}: took mmap_lock {} times (each retry counts), held it {} times",
-        f.took_mmap_lock, f.user_mode_holds
-    );
-    let _ = writeln!(
-        out,
-        "  kernel-mode faults (inside a syscall, e.g. copy_to_user in read(); no per-VMA lock): \
-         held mmap_lock {} times, counting holds with a kernel stack only (the others are in \
-         `no stack (short)`)",
-        f.kernel_mode_holds
-    );
-    if r.features.filemap {
-        let _ = writeln!(
-            out,
-            "  filemap faults: {}, {} of them under mmap_lock",
-            f.filemap, f.filemap_under_mmap_lock
-        );
-    } else {
-        let _ = writeln!(
-            out,
-            "  filemap faults: not traced (the kernel lacks filemap:mm_filemap_fault, Linux 6.4)"
         );
     }
 }

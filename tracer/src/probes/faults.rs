@@ -6,7 +6,7 @@ use anyhow::Result;
 use aya::Ebpf;
 
 use super::{Family, Probes};
-use crate::model::Harvest;
+use crate::model::{sections::faults, Harvest};
 
 use crate::system::tracefs::{Tracefs, FILEMAP_FAULT};
 
@@ -31,7 +31,7 @@ const MM_FILEMAP_FAULT: &str = "mm_filemap_fault";
 /// The fault counters (FAULT_COUNTS); user space adds the targets' own user faults later.
 fn read(probes: &Probes, harvest: &mut Harvest) -> Result<()> {
     let map = super::map_ref(&probes.ebpf, FAULT_COUNTS)?;
-    harvest.faults = super::read_array(&map, |into: &mut u64, v| *into += v)?;
+    harvest.sections.faults = faults::Raw(super::read_array(&map, |into: &mut u64, v| *into += v)?);
     Ok(())
 }
 

@@ -8,7 +8,7 @@ use aya::Ebpf;
 use tracer_common::{Config, SyscallTotals, MM_SYSCALLS};
 
 use super::{Family, Probes};
-use crate::model::{Features, Harvest};
+use crate::model::{sections::syscalls, Features, Harvest};
 use crate::system::tracefs::{Tracefs, MM_SYSCALL_TRACEPOINTS};
 
 /// This architecture's numbers for MM_SYSCALLS, in that order.
@@ -43,7 +43,7 @@ const MM_SYSCALL_EXIT: &str = "mm_syscall_exit";
 /// The per-syscall totals (SYSCALL_TOTALS).
 fn read(probes: &Probes, harvest: &mut Harvest) -> Result<()> {
     let map = super::map_ref(&probes.ebpf, SYSCALL_TOTALS)?;
-    harvest.syscalls = super::read_array(&map, SyscallTotals::merge)?;
+    harvest.sections.syscalls = syscalls::Raw(super::read_array(&map, SyscallTotals::merge)?);
     Ok(())
 }
 

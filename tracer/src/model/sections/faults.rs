@@ -1,0 +1,158 @@
+//! The page-fault family's part of the report: how many faults the targets took, how many of
+//! them fell back to mmap_lock, and the filemap faults taken under it.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+use serde_json::Value;
+use tracer_common::{
+    FAULTS_FILEMAP, FAULTS_FILEMAP_UNDER_LOCK, FAULTS_TOOK_MMAP_LOCK, FAULTS_USER, FAULT_SLOTS,
+    KIND_WAIT,
+};
+
+use super::Seen;
+use crate::model::invariants::{expect, n};
+use crate::model::{Cause, Report};
+
+/// The kernel's fault counters (FAULT_COUNTS, indexed by `FAULTS_*`), cumulative; the
+/// `FAULTS_USER` slot is filled by user space from /proc (`set_taken_from_proc`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Raw(pub [u64; FAULT_SLOTS as usize]);
+
+impl Raw {
+    /// Every slot is a running count.
+    pub fn since(&self, before: &Raw) -> Raw {
+        Raw(std::array::from_fn(|i| {
+            self.0[i].saturating_sub(before.0[i])
+        }))
+    }
+
+    /// The targets' faults of every kind, which only /proc counts.
+    pub fn set_taken_from_proc(&mut self, faults: u64) {
+        self.0[FAULTS_USER as usize] = faults;
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Faults {
+    /// Page faults of the targets on their memory, minor and major, taken in user mode or in
+    /// the kernel (copy_to_user in a syscall), from /proc/PID/stat.
+    pub total: u64,
+    /// Lock operations begun by user-mode page faults (that fell back from the per-VMA lock),
+    /// told by the kernel entering through an exception; a fault retried after dropping the
+    /// lock for I/O counts once per attempt. Kernel-mode faults are not counted here.
+    pub took_mmap_lock: u64,
+    pub filemap: u64,
+    /// filemap faults while the faulting thread held the target's mmap_lock.
+    pub filemap_under_mmap_lock: u64,
+    /// Holds of mmap_lock by the targets' page faults (the entries' `page_fault` cause) that
+    /// came from user mode.
+    pub user_mode_holds: u64,
+    /// Holds of mmap_lock by the targets' page faults taken in the kernel, inside a syscall
+    /// that is not an mm syscall (copy_to_user in read(), futex, ...): told by the kernel
+    /// stack, not counted in `took_mmap_lock`. x86 sends them straight to mmap_lock, without
+    /// trying the per-VMA lock.
+    pub kernel_mode_holds: u64,
+}
+
+pub fn build(raw: &Raw, seen: &Seen) -> Faults {
+    let (user_mode_holds, kernel_mode_holds) = fault_holds(seen);
+    let slot = |i: u32| raw.0[i as usize];
+    Faults {
+        total: slot(FAULTS_USER),
+        took_mmap_lock: slot(FAULTS_TOOK_MMAP_LOCK),
+        filemap: slot(FAULTS_FILEMAP),
+        filemap_under_mmap_lock: slot(FAULTS_FILEMAP_UNDER_LOCK),
+        user_mode_holds,
+        kernel_mode_holds,
+    }
+}
+
+/// Holds by the targets' own page faults: (from user mode, from the kernel). A lock taken
+/// for a fault outside any mm syscall is a user-mode fault when the kernel was entered
+/// through the exception (`fault` set), else a fault inside another syscall.
+fn fault_holds(seen: &Seen) -> (u64, u64) {
+    let mut holds = (0, 0);
+    for raw in seen.entries {
+        let k = &raw.key;
+        if k.kind == KIND_WAIT || k.locker_pid != 0 || (seen.cause)(k) != Cause::PageFault {
+            continue;
+        }
+        if k.fault != 0 {
+            holds.0 += raw.value.count;
+        } else {
+            holds.1 += raw.value.count;
+        }
+    }
+    holds
+}
+
+/// The fault figures, each saying which faults it counts: the /proc total counts every fault,
+/// the kernel's counter only user-mode ones (an exception entry), and the "page fault" cause
+/// rows both, kernel-mode ones told by their kernel stack.
+pub fn text(out: &mut String, f: &Faults, r: &Report) {
+    if !r.features.faults {
+        return;
+    }
+    let who = if r.target.system_wide {
+        "traced processes"
+    } else {
+        "target"
+    };
+    let _ = writeln!(
+        out,
+        "\nPage faults: {} by the {who} (minor + major, in user mode and in the kernel, from /proc)",
+        f.total
+    );
+    let user_mode = if r.features.per_vma_locks {
+        "user-mode faults that fell back from the per-VMA lock"
+    } else {
+        "user-mode faults (this kernel has no per-VMA locks: every one takes mmap_lock)"
+    };
+    let _ = writeln!(
+        out,
+        "  {user_mode}: took mmap_lock {} times (each retry counts), held it {} times",
+        f.took_mmap_lock, f.user_mode_holds
+    );
+    let _ = writeln!(
+        out,
+        "  kernel-mode faults (inside a syscall, e.g. copy_to_user in read(); no per-VMA lock): \
+         held mmap_lock {} times, counting holds with a kernel stack only (the others are in \
+         `no stack (short)`)",
+        f.kernel_mode_holds
+    );
+    if r.features.filemap {
+        let _ = writeln!(
+            out,
+            "  filemap faults: {}, {} of them under mmap_lock",
+            f.filemap, f.filemap_under_mmap_lock
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "  filemap faults: not traced (the kernel lacks filemap:mm_filemap_fault, Linux 6.4)"
+        );
+    }
+}
+
+/// The filemap faults under the lock are some of the filemap faults, and the page-fault holds
+/// split into user-mode and kernel-mode ones add up to the targets' own "page fault" hold
+/// entries.
+pub fn check(report: &Value, entries: &[Value], broken: &mut Vec<String>) {
+    let faults = &report["faults"];
+    expect(
+        broken,
+        n(faults, "filemap_under_mmap_lock") <= n(faults, "filemap"),
+        || "more filemap faults under mmap_lock than filemap faults".to_string(),
+    );
+    let split = n(faults, "user_mode_holds") + n(faults, "kernel_mode_holds");
+    let holds: u64 = entries
+        .iter()
+        .filter(|e| e["kind"] == "hold" && e["cause"] == "page_fault")
+        .filter(|e| e["outside_locker"] == false)
+        .map(|e| n(e, "count"))
+        .sum();
+    expect(broken, split == holds, || {
+        format!("page-fault holds: {split} user- and kernel-mode, the entries {holds}")
+    });
+}

@@ -1,0 +1,76 @@
+//! The report's sections that one probe family each adds (page faults, mm syscalls). A
+//! family's whole model part is its module here: its raw counters as read from its maps (with
+//! how a window of them is taken), its part of the report and how it is built, its lines in the
+//! text report and its invariants. This module is the list that joins them, as `FAMILIES` is
+//! for the probes: a new section is a module and one line in each list below, and a list that
+//! leaves one out does not compile (every field is named).
+//!
+//! Sections are flattened into the report, so each is a top-level key of the JSON.
+
+pub mod faults;
+pub mod syscalls;
+
+use serde::Serialize;
+use serde_json::Value;
+use tracer_common::AggKey;
+
+use super::{Cause, RawEntry, Report};
+
+/// The families' raw counters, cumulative like the maps they are read from (`Harvest`'s
+/// `sections`; each family's probes module fills its own).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RawSections {
+    pub faults: faults::Raw,
+    pub syscalls: syscalls::Raw,
+}
+
+impl RawSections {
+    /// What was counted after `before` (both cumulative snapshots of one trace).
+    pub fn since(&self, before: &RawSections) -> RawSections {
+        let RawSections { faults, syscalls } = self;
+        RawSections {
+            faults: faults.since(&before.faults),
+            syscalls: syscalls.since(&before.syscalls),
+        }
+    }
+}
+
+/// What a section is built from besides its own counters.
+pub struct Seen<'a> {
+    /// The harvest's aggregated waits and holds.
+    pub entries: &'a [RawEntry],
+    /// An entry's cause, as the report's rows show it (its kernel stack is symbolized).
+    pub cause: &'a dyn Fn(&AggKey) -> Cause,
+}
+
+/// The families' parts of the report, in the order of their JSON keys.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Sections {
+    pub faults: faults::Faults,
+    /// Per mm syscall: count, time in the syscall, and its mmap_lock wait and hold.
+    pub syscalls: syscalls::Syscalls,
+}
+
+impl Sections {
+    pub fn build(raw: &RawSections, seen: &Seen) -> Sections {
+        let RawSections { faults, syscalls } = raw;
+        Sections {
+            faults: faults::build(faults, seen),
+            syscalls: syscalls::build(syscalls, seen),
+        }
+    }
+}
+
+/// The sections' lines in the text report, in order (each says nothing when its family was
+/// not attached).
+pub fn text(out: &mut String, report: &Report) {
+    let Sections { faults, syscalls } = &report.sections;
+    faults::text(out, faults, report);
+    syscalls::text(out, syscalls, report);
+}
+
+/// Each section's invariants, on the report's JSON form (see `invariants`).
+pub fn check(report: &Value, entries: &[Value], broken: &mut Vec<String>) {
+    faults::check(report, entries, broken);
+    syscalls::check(report, entries, broken);
+}
