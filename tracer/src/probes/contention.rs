@@ -6,7 +6,7 @@ use aya::{programs::BtfTracePoint, Ebpf};
 use tracer_common::Config;
 
 use super::Family;
-use crate::system::tracefs::{Tracefs, CONTENTION_BEGIN, CONTENTION_END};
+use crate::system::tracefs::{Needed, Tracefs};
 
 pub(super) const FAMILY: Family = Family {
     configure: |setup, config| configure(setup.tracefs, config),
@@ -24,6 +24,19 @@ pub(super) const FAMILY: Family = Family {
     },
     programs: &[BTF_BEGIN, BTF_END, CLASSIC_BEGIN, CLASSIC_END],
     ..Family::NOTHING
+};
+
+/// The lock tracepoints (optional: without them waits are not split into spinning and
+/// sleeping, with a warning).
+const CONTENTION_BEGIN: Needed = Needed {
+    category: "lock",
+    name: "contention_begin",
+    since: "5.19",
+};
+const CONTENTION_END: Needed = Needed {
+    category: "lock",
+    name: "contention_end",
+    since: "5.19",
 };
 
 fn configure(tracefs: &Tracefs, config: &mut Config) -> Result<()> {

@@ -8,7 +8,7 @@ use aya::Ebpf;
 use super::{Family, Probes};
 use crate::model::{sections::faults, Harvest};
 
-use crate::system::tracefs::{Tracefs, FILEMAP_FAULT};
+use crate::system::tracefs::{Needed, Tracefs};
 
 pub(super) const FAMILY: Family = Family {
     attach: |at, features| {
@@ -27,6 +27,13 @@ pub(super) const FAMILY: Family = Family {
 
 const FAULT_COUNTS: &str = "FAULT_COUNTS";
 const MM_FILEMAP_FAULT: &str = "mm_filemap_fault";
+
+/// Optional: without it (before Linux 6.4) the filemap faults are not counted.
+const FILEMAP_FAULT: Needed = Needed {
+    category: "filemap",
+    name: "mm_filemap_fault",
+    since: "6.4",
+};
 
 /// The fault counters (FAULT_COUNTS); user space adds the targets' own user faults later.
 fn read(probes: &Probes, harvest: &mut Harvest) -> Result<()> {

@@ -9,7 +9,7 @@ use tracer_common::{Config, SyscallTotals, MM_SYSCALLS};
 
 use super::{Family, Probes};
 use crate::model::{sections::syscalls, Features, Harvest};
-use crate::system::tracefs::{Tracefs, MM_SYSCALL_TRACEPOINTS};
+use crate::system::tracefs::{Needed, Tracefs};
 
 /// This architecture's numbers for MM_SYSCALLS, in that order.
 const NUMBERS: [libc::c_long; MM_SYSCALLS.len()] = [
@@ -39,6 +39,33 @@ pub(super) const SYSCALLS_ACTIVE: &str = "SYSCALLS_ACTIVE";
 const SYSCALL_TOTALS: &str = "SYSCALL_TOTALS";
 const MM_SYSCALL_ENTER: &str = "mm_syscall_enter";
 const MM_SYSCALL_EXIT: &str = "mm_syscall_exit";
+
+/// syscalls:sys_enter_NAME / sys_exit_NAME (CONFIG_FTRACE_SYSCALLS) for each of MM_SYSCALLS,
+/// in the same order.
+const MM_SYSCALL_TRACEPOINTS: [(Needed, Needed); 6] = [
+    syscall_pair("sys_enter_mmap", "sys_exit_mmap"),
+    syscall_pair("sys_enter_munmap", "sys_exit_munmap"),
+    syscall_pair("sys_enter_mprotect", "sys_exit_mprotect"),
+    syscall_pair("sys_enter_mremap", "sys_exit_mremap"),
+    syscall_pair("sys_enter_madvise", "sys_exit_madvise"),
+    syscall_pair("sys_enter_brk", "sys_exit_brk"),
+];
+
+const fn syscall_pair(enter: &'static str, exit: &'static str) -> (Needed, Needed) {
+    const SINCE: &str = "2.6.33 with CONFIG_FTRACE_SYSCALLS";
+    (
+        Needed {
+            category: "syscalls",
+            name: enter,
+            since: SINCE,
+        },
+        Needed {
+            category: "syscalls",
+            name: exit,
+            since: SINCE,
+        },
+    )
+}
 
 /// The per-syscall totals (SYSCALL_TOTALS).
 fn read(probes: &Probes, harvest: &mut Harvest) -> Result<()> {
@@ -71,4 +98,20 @@ fn attach(ebpf: &mut Ebpf, tracefs: &Tracefs, links: &mut super::ClassicLinks) -
         super::attach_tracepoints(ebpf, tracefs, MM_SYSCALL_EXIT, &exits, links)?
             && super::attach_tracepoints(ebpf, tracefs, MM_SYSCALL_ENTER, &enters, links)?,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn syscall_tracepoints_follow_mm_syscalls() {
+        for (name, (enter, exit)) in tracer_common::MM_SYSCALLS
+            .iter()
+            .zip(MM_SYSCALL_TRACEPOINTS)
+        {
+            assert_eq!(enter.name, format!("sys_enter_{name}"));
+            assert_eq!(exit.name, format!("sys_exit_{name}"));
+        }
+    }
 }

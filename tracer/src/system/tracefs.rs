@@ -60,50 +60,6 @@ pub const MMAP_LOCK_RELEASED: Needed = Needed {
     since: "5.10",
 };
 
-/// Optional tracepoints: without them the matching attribution is left out, with a warning.
-pub const CONTENTION_BEGIN: Needed = Needed {
-    category: "lock",
-    name: "contention_begin",
-    since: "5.19",
-};
-pub const CONTENTION_END: Needed = Needed {
-    category: "lock",
-    name: "contention_end",
-    since: "5.19",
-};
-pub const FILEMAP_FAULT: Needed = Needed {
-    category: "filemap",
-    name: "mm_filemap_fault",
-    since: "6.4",
-};
-
-/// syscalls:sys_enter_NAME / sys_exit_NAME (CONFIG_FTRACE_SYSCALLS) for each of MM_SYSCALLS,
-/// in the same order.
-pub const MM_SYSCALL_TRACEPOINTS: [(Needed, Needed); 6] = [
-    syscall_pair("sys_enter_mmap", "sys_exit_mmap"),
-    syscall_pair("sys_enter_munmap", "sys_exit_munmap"),
-    syscall_pair("sys_enter_mprotect", "sys_exit_mprotect"),
-    syscall_pair("sys_enter_mremap", "sys_exit_mremap"),
-    syscall_pair("sys_enter_madvise", "sys_exit_madvise"),
-    syscall_pair("sys_enter_brk", "sys_exit_brk"),
-];
-
-const fn syscall_pair(enter: &'static str, exit: &'static str) -> (Needed, Needed) {
-    const SINCE: &str = "2.6.33 with CONFIG_FTRACE_SYSCALLS";
-    (
-        Needed {
-            category: "syscalls",
-            name: enter,
-            since: SINCE,
-        },
-        Needed {
-            category: "syscalls",
-            name: exit,
-            since: SINCE,
-        },
-    )
-}
-
 impl Tracefs {
     /// Finds tracefs, mounting it at /sys/kernel/tracing when nothing is mounted (we are
     /// privileged by now; systems without systemd often leave it unmounted).
@@ -319,17 +275,6 @@ print fmt: \"mm=%p\", REC->mm
         let err = fs.require(&MMAP_LOCK_RELEASED).unwrap_err().to_string();
         assert!(err.contains("mmap_lock:mmap_lock_released"), "{err}");
         assert!(err.contains("Linux 5.10"), "{err}");
-    }
-
-    #[test]
-    fn syscall_tracepoints_follow_mm_syscalls() {
-        for (name, (enter, exit)) in tracer_common::MM_SYSCALLS
-            .iter()
-            .zip(MM_SYSCALL_TRACEPOINTS)
-        {
-            assert_eq!(enter.name, format!("sys_enter_{name}"));
-            assert_eq!(exit.name, format!("sys_exit_{name}"));
-        }
     }
 
     #[test]
