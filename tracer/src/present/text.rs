@@ -615,23 +615,6 @@ mod tests {
         }
     }
 
-    /// Debian 12's 6.1: no per-VMA locks (every fault takes mmap_lock), no filemap event.
-    #[test]
-    fn fault_lines_on_a_kernel_without_per_vma_locks_or_filemap_faults() {
-        let (mut harvest, symbols, meta) = attributed();
-        harvest.features.per_vma_locks = false;
-        harvest.features.filemap = false;
-        let text = render(&build_report(&harvest, &symbols, &meta), 10);
-        assert!(!text.contains("fell back from the per-VMA lock"), "{text}");
-        for line in [
-            "  user-mode faults (this kernel has no per-VMA locks: every one takes mmap_lock): \
-             took mmap_lock 3 times (each retry counts), held it 2 times\n",
-            "  filemap faults: not traced (the kernel lacks filemap:mm_filemap_fault, Linux 6.4)\n",
-        ] {
-            assert!(text.contains(line), "missing {line:?} in:\n{text}");
-        }
-    }
-
     #[test]
     fn a_maximum_known_only_as_a_bound_is_marked() {
         let (harvest, symbols, meta) = sample();

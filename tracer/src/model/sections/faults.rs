@@ -156,3 +156,84 @@ pub fn check(report: &Value, entries: &[Value], broken: &mut Vec<String>) {
         format!("page-fault holds: {split} user- and kernel-mode, the entries {holds}")
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::report::tests::attributed;
+    use crate::model::{build_report, RawEntry};
+    use tracer_common::{AggKey, AggValue, KIND_HOLD};
+
+    /// Debian 12's 6.1: no per-VMA locks (every fault takes mmap_lock), no filemap event.
+    #[test]
+    fn fault_lines_on_a_kernel_without_per_vma_locks_or_filemap_faults() {
+        let (mut harvest, symbols, meta) = attributed();
+        harvest.features.per_vma_locks = false;
+        harvest.features.filemap = false;
+        let report = build_report(&harvest, &symbols, &meta);
+        let mut text = String::new();
+        super::text(&mut text, &report.sections.faults, &report);
+        assert!(!text.contains("fell back from the per-VMA lock"), "{text}");
+        for line in [
+            "  user-mode faults (this kernel has no per-VMA locks: every one takes mmap_lock): \
+             took mmap_lock 3 times (each retry counts), held it 2 times\n",
+            "  filemap faults: not traced (the kernel lacks filemap:mm_filemap_fault, Linux 6.4)\n",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in:\n{text}");
+        }
+    }
+
+    /// Only the targets' own page-fault holds count, split by how the kernel was entered.
+    #[test]
+    fn fault_holds_split_by_user_and_kernel_mode() {
+        let hold = |fault, locker_pid, count| {
+            let key = AggKey {
+                kind: KIND_HOLD,
+                fault,
+                locker_pid,
+                ..AggKey::default()
+            };
+            let value = AggValue {
+                count,
+                ..AggValue::default()
+            };
+            RawEntry::exact(key, value)
+        };
+        let mut wait = hold(1, 0, 100);
+        wait.key.kind = KIND_WAIT;
+        let mut munmap = hold(0, 0, 1000);
+        munmap.key.syscall = 2;
+        let entries = [
+            hold(1, 0, 3),
+            hold(1, 0, 4),
+            hold(0, 0, 5),
+            hold(1, 42, 10_000),
+            wait,
+            munmap,
+        ];
+        let seen = Seen {
+            entries: &entries,
+            cause: &|k| {
+                if k.syscall == 2 {
+                    Cause::Munmap
+                } else {
+                    Cause::PageFault
+                }
+            },
+        };
+        let faults = build(&Raw([9, 8, 7, 6]), &seen);
+        assert_eq!((faults.user_mode_holds, faults.kernel_mode_holds), (7, 5));
+        assert_eq!(
+            (faults.total, faults.took_mmap_lock, faults.filemap),
+            (9, 8, 7)
+        );
+        assert_eq!(faults.filemap_under_mmap_lock, 6);
+    }
+
+    #[test]
+    fn a_window_subtracts_every_counter() {
+        let mut now = Raw([100, 50, 20, 10]);
+        now.set_taken_from_proc(150);
+        assert_eq!(now.since(&Raw([40, 10, 5, 10])), Raw([110, 40, 15, 0]));
+    }
+}

@@ -74,3 +74,28 @@ pub fn check(report: &Value, entries: &[Value], broken: &mut Vec<String>) {
     faults::check(report, entries, broken);
     syscalls::check(report, entries, broken);
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::model::build_report;
+    use crate::model::report::tests::attributed;
+
+    /// Flattened, the sections keep the places their keys had when they were fields of the
+    /// report: between `in_flight` and `features`.
+    #[test]
+    fn sections_are_top_level_json_keys_in_their_place() {
+        let (harvest, symbols, meta) = attributed();
+        let json = serde_json::to_string(&build_report(&harvest, &symbols, &meta)).unwrap();
+        let at = |key: &str| {
+            json.find(key)
+                .unwrap_or_else(|| panic!("no {key} in {json}"))
+        };
+        let places = [
+            at(r#""in_flight":{"#),
+            at(r#""faults":{"total":"#),
+            at(r#""syscalls":{"brk":"#),
+            at(r#""features":{"#),
+        ];
+        assert!(places.is_sorted(), "{places:?} in {json}");
+    }
+}

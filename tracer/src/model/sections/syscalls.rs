@@ -76,3 +76,80 @@ pub fn check(report: &Value, _entries: &[Value], broken: &mut Vec<String>) {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::report::tests::attributed;
+    use crate::model::{build_report, Report};
+
+    fn report_with(totals: &[(usize, u64, u64)]) -> Report {
+        let (mut harvest, symbols, meta) = attributed();
+        harvest.sections.syscalls = Raw::default();
+        for &(slot, count, total_ns) in totals {
+            harvest.sections.syscalls.0[slot] = SyscallTotals {
+                count,
+                total_ns,
+                ..SyscallTotals::default()
+            };
+        }
+        build_report(&harvest, &symbols, &meta)
+    }
+
+    fn text_of(report: &Report) -> String {
+        let mut out = String::new();
+        text(&mut out, &report.sections.syscalls, report);
+        out
+    }
+
+    #[test]
+    fn only_the_syscalls_that_ran_are_listed_most_time_first() {
+        let report = report_with(&[(0, 3, 1_000), (2, 1, 9_000_000)]);
+        let text = text_of(&report);
+        let rows: Vec<&str> = text
+            .lines()
+            .skip(3)
+            .map(|l| l.split_whitespace().next().unwrap_or(""))
+            .collect();
+        assert_eq!(rows, ["mprotect", "mmap"], "{text}");
+        assert_eq!(report.sections.syscalls["munmap"].count, 0);
+    }
+
+    #[test]
+    fn nothing_is_said_when_no_syscall_ran_or_they_were_not_traced() {
+        assert_eq!(text_of(&report_with(&[])), "");
+        let mut untraced = report_with(&[(1, 2, 5_000)]);
+        assert!(!text_of(&untraced).is_empty());
+        untraced.features.syscalls = false;
+        assert_eq!(text_of(&untraced), "");
+    }
+
+    #[test]
+    fn a_window_subtracts_every_total() {
+        let mut now = Raw::default();
+        now.0[1] = SyscallTotals {
+            count: 5,
+            total_ns: 500,
+            lock_wait_ns: 50,
+            lock_hold_ns: 100,
+        };
+        let mut before = Raw::default();
+        before.0[1] = SyscallTotals {
+            count: 2,
+            total_ns: 200,
+            lock_wait_ns: 20,
+            lock_hold_ns: 40,
+        };
+        let window = now.since(&before);
+        assert_eq!(
+            window.0[1],
+            SyscallTotals {
+                count: 3,
+                total_ns: 300,
+                lock_wait_ns: 30,
+                lock_hold_ns: 60,
+            }
+        );
+        assert_eq!(window.0[0], SyscallTotals::default());
+    }
+}
