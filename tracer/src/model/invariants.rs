@@ -8,6 +8,7 @@
 use serde_json::Value;
 
 use super::histogram::slot_bounds;
+use super::json_figures::{array, expect, f, n};
 use super::Report;
 
 /// Every broken invariant of `report`, one line each naming the figure; empty when none is.
@@ -31,25 +32,6 @@ pub fn check_json(report: &Value) -> Vec<String> {
     check_shares_and_sides(report, &mut broken);
     super::sections::check(report, entries, &mut broken);
     broken
-}
-
-fn array<'a>(v: &'a Value, field: &str) -> &'a [Value] {
-    v[field].as_array().map_or(&[], Vec::as_slice)
-}
-
-pub(super) fn n(v: &Value, field: &str) -> u64 {
-    v[field].as_u64().unwrap_or(0)
-}
-
-fn f(v: &Value, field: &str) -> f64 {
-    v[field].as_f64().unwrap_or(0.0)
-}
-
-/// Adds a line to `broken` unless `holds`.
-pub(super) fn expect(broken: &mut Vec<String>, holds: bool, what: impl FnOnce() -> String) {
-    if !holds {
-        broken.push(what());
-    }
 }
 
 /// Share comparisons allow for floating-point rounding only.

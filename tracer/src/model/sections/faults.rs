@@ -11,7 +11,7 @@ use tracer_common::{
 };
 
 use super::Seen;
-use crate::model::invariants::{expect, n};
+use crate::model::json_figures::{expect, n};
 use crate::model::{Cause, Report};
 
 /// The kernel's fault counters (FAULT_COUNTS, indexed by `FAULTS_*`), cumulative; the

@@ -8,7 +8,7 @@ use serde_json::Value;
 use tracer_common::{SyscallTotals, MM_SYSCALLS};
 
 use super::Seen;
-use crate::model::invariants::{expect, n};
+use crate::model::json_figures::{expect, n};
 use crate::model::Report;
 use crate::units::human_ns;
 
