@@ -29,7 +29,7 @@ pub fn check_json(report: &Value) -> Vec<String> {
     check_against_totals(report, entries, &mut broken);
     check_processes(report, entries, &mut broken);
     check_causes(report, entries, &mut broken);
-    check_shares_and_sides(report, &mut broken);
+    check_wait_share(report, &mut broken);
     super::sections::check(report, entries, &mut broken);
     broken
 }
@@ -219,8 +219,8 @@ fn check_causes(report: &Value, entries: &[Value], broken: &mut Vec<String>) {
     }
 }
 
-/// Report-wide shares.
-fn check_shares_and_sides(report: &Value, broken: &mut Vec<String>) {
+/// The report-wide share of thread time spent waiting.
+fn check_wait_share(report: &Value, broken: &mut Vec<String>) {
     let share = f(report, "wait_share");
     expect(broken, (0.0..=1.0 + EPSILON).contains(&share), || {
         format!("wait share {share} of thread time")

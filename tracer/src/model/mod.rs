@@ -5,7 +5,7 @@ pub mod cause;
 pub mod delta;
 pub mod histogram;
 pub mod invariants;
-pub mod json_figures;
+pub(crate) mod json_figures;
 pub mod processes;
 pub mod report;
 pub mod schema;

@@ -8,7 +8,7 @@ use tracer_common::{
 
 use super::processes::process_rows;
 pub use super::schema::*;
-use super::sections::{Sections, Seen};
+use super::sections::{Inputs, Sections};
 use super::self_cost::self_cost;
 use super::unwound::UserStackKind;
 use super::{
@@ -52,7 +52,7 @@ pub fn build_report(harvest: &Harvest, symbols: &Symbols, meta: &TraceMeta) -> R
         in_flight: harvest.in_flight,
         sections: Sections::build(
             &harvest.sections,
-            &Seen {
+            &Inputs {
                 entries: &harvest.entries,
                 cause: &|k| cause_of(k.syscall, k.fault, index.kernel(k.kernel_stack)),
             },

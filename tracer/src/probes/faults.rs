@@ -7,7 +7,6 @@ use aya::Ebpf;
 
 use super::{Family, Probes};
 use crate::model::{sections::faults, Harvest};
-
 use crate::system::tracefs::{Needed, Tracefs};
 
 pub(super) const FAMILY: Family = Family {

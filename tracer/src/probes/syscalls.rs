@@ -42,7 +42,7 @@ const MM_SYSCALL_EXIT: &str = "mm_syscall_exit";
 
 /// syscalls:sys_enter_NAME / sys_exit_NAME (CONFIG_FTRACE_SYSCALLS) for each of MM_SYSCALLS,
 /// in the same order.
-const MM_SYSCALL_TRACEPOINTS: [(Needed, Needed); 6] = [
+const MM_SYSCALL_TRACEPOINTS: [(Needed, Needed); MM_SYSCALLS.len()] = [
     syscall_pair("sys_enter_mmap", "sys_exit_mmap"),
     syscall_pair("sys_enter_munmap", "sys_exit_munmap"),
     syscall_pair("sys_enter_mprotect", "sys_exit_mprotect"),

@@ -44,6 +44,9 @@ pub struct Needed {
     pub since: &'static str,
 }
 
+// The core's tracepoints: the families name theirs in their probes modules. These stay here
+// because the preflight (`run.rs`) requires them before anything loads, and reading their
+// layouts (`mmap_lock_fields`) depends on which one it is.
 pub const MMAP_LOCK_START: Needed = Needed {
     category: "mmap_lock",
     name: "mmap_lock_start_locking",

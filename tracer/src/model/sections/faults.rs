@@ -10,7 +10,7 @@ use tracer_common::{
     KIND_WAIT,
 };
 
-use super::Seen;
+use super::Inputs;
 use crate::model::json_figures::{expect, n};
 use crate::model::{Cause, Report};
 
@@ -55,8 +55,8 @@ pub struct Faults {
     pub kernel_mode_holds: u64,
 }
 
-pub fn build(raw: &Raw, seen: &Seen) -> Faults {
-    let (user_mode_holds, kernel_mode_holds) = fault_holds(seen);
+pub fn build(raw: &Raw, inputs: &Inputs) -> Faults {
+    let (user_mode_holds, kernel_mode_holds) = fault_holds(inputs);
     let slot = |i: u32| raw.0[i as usize];
     Faults {
         total: slot(FAULTS_USER),
@@ -71,11 +71,11 @@ pub fn build(raw: &Raw, seen: &Seen) -> Faults {
 /// Holds by the targets' own page faults: (from user mode, from the kernel). A lock taken
 /// for a fault outside any mm syscall is a user-mode fault when the kernel was entered
 /// through the exception (`fault` set), else a fault inside another syscall.
-fn fault_holds(seen: &Seen) -> (u64, u64) {
+fn fault_holds(inputs: &Inputs) -> (u64, u64) {
     let mut holds = (0, 0);
-    for raw in seen.entries {
+    for raw in inputs.entries {
         let k = &raw.key;
-        if k.kind == KIND_WAIT || k.locker_pid != 0 || (seen.cause)(k) != Cause::PageFault {
+        if k.kind == KIND_WAIT || k.locker_pid != 0 || (inputs.cause)(k) != Cause::PageFault {
             continue;
         }
         if k.fault != 0 {
@@ -211,7 +211,7 @@ mod tests {
             wait,
             munmap,
         ];
-        let seen = Seen {
+        let inputs = Inputs {
             entries: &entries,
             cause: &|k| {
                 if k.syscall == 2 {
@@ -221,13 +221,39 @@ mod tests {
                 }
             },
         };
-        let faults = build(&Raw([9, 8, 7, 6]), &seen);
+        let faults = build(&Raw([9, 8, 7, 6]), &inputs);
         assert_eq!((faults.user_mode_holds, faults.kernel_mode_holds), (7, 5));
         assert_eq!(
             (faults.total, faults.took_mmap_lock, faults.filemap),
             (9, 8, 7)
         );
         assert_eq!(faults.filemap_under_mmap_lock, 6);
+    }
+
+    /// Each impossible figure of the section is named, and the built section has none.
+    #[test]
+    fn impossible_fault_figures_are_named() {
+        let (harvest, symbols, meta) = attributed();
+        let json = serde_json::to_value(build_report(&harvest, &symbols, &meta)).unwrap();
+        let broken = |edit: &dyn Fn(&mut Value)| {
+            let mut v = json.clone();
+            edit(&mut v);
+            let mut broken = Vec::new();
+            check(
+                &v,
+                crate::model::json_figures::array(&v, "entries"),
+                &mut broken,
+            );
+            broken
+        };
+        assert_eq!(broken(&|_| ()), Vec::<String>::new());
+        let found = broken(&|v| v["faults"]["filemap_under_mmap_lock"] = 11.into());
+        assert!(
+            found[0].contains("more filemap faults under mmap_lock"),
+            "{found:?}"
+        );
+        let found = broken(&|v| v["faults"]["user_mode_holds"] = 3.into());
+        assert!(found[0].contains("page-fault holds: 4"), "{found:?}");
     }
 
     #[test]

@@ -2,8 +2,12 @@
 //! family's whole model part is its module here: its raw counters as read from its maps (with
 //! how a window of them is taken), its part of the report and how it is built, its lines in the
 //! text report and its invariants. This module is the list that joins them, as `FAMILIES` is
-//! for the probes: a new section is a module and one line in each list below, and a list that
-//! leaves one out does not compile (every field is named).
+//! for the probes: a new section is a module and one line in each list below.
+//!
+//! Every section module has the same four functions with the same parameters, used or not
+//! (`Raw::since`, `build`, `text`, `check`), so that the lists read alike. `since`, `build` and
+//! `text` destructure the structs field by field: a section left out of them does not
+//! compile. `check` reads the JSON form and is a plain list: keep it in step.
 //!
 //! Sections are flattened into the report, so each is a top-level key of the JSON.
 
@@ -17,7 +21,8 @@ use tracer_common::AggKey;
 use super::{Cause, RawEntry, Report};
 
 /// The families' raw counters, cumulative like the maps they are read from (`Harvest`'s
-/// `sections`; each family's probes module fills its own).
+/// `sections`; each family's probes module fills its own, and the collect loop adds what only
+/// /proc knows: the targets' page fault total).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RawSections {
     pub faults: faults::Raw,
@@ -36,7 +41,7 @@ impl RawSections {
 }
 
 /// What a section is built from besides its own counters.
-pub struct Seen<'a> {
+pub struct Inputs<'a> {
     /// The harvest's aggregated waits and holds.
     pub entries: &'a [RawEntry],
     /// An entry's cause, as the report's rows show it (its kernel stack is symbolized).
@@ -52,11 +57,11 @@ pub struct Sections {
 }
 
 impl Sections {
-    pub fn build(raw: &RawSections, seen: &Seen) -> Sections {
+    pub fn build(raw: &RawSections, inputs: &Inputs) -> Sections {
         let RawSections { faults, syscalls } = raw;
         Sections {
-            faults: faults::build(faults, seen),
-            syscalls: syscalls::build(syscalls, seen),
+            faults: faults::build(faults, inputs),
+            syscalls: syscalls::build(syscalls, inputs),
         }
     }
 }

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use serde_json::Value;
 use tracer_common::{SyscallTotals, MM_SYSCALLS};
 
-use super::Seen;
+use super::Inputs;
 use crate::model::json_figures::{expect, n};
 use crate::model::Report;
 use crate::units::human_ns;
@@ -26,7 +26,7 @@ impl Raw {
 /// Per mm syscall by name: count, time in the syscall, and its mmap_lock wait and hold.
 pub type Syscalls = BTreeMap<&'static str, SyscallTotals>;
 
-pub fn build(raw: &Raw, _seen: &Seen) -> Syscalls {
+pub fn build(raw: &Raw, _inputs: &Inputs) -> Syscalls {
     MM_SYSCALLS
         .iter()
         .zip(raw.0)
@@ -122,6 +122,21 @@ mod tests {
         assert!(!text_of(&untraced).is_empty());
         untraced.features.syscalls = false;
         assert_eq!(text_of(&untraced), "");
+    }
+
+    #[test]
+    fn lock_time_beyond_the_syscall_is_named() {
+        let report = report_with(&[(1, 2, 5_000)]);
+        let mut json = serde_json::to_value(&report).unwrap();
+        let mut broken = Vec::new();
+        check(&json, &[], &mut broken);
+        assert_eq!(broken, Vec::<String>::new());
+        json["syscalls"]["munmap"]["lock_hold_ns"] = 6_000.into();
+        check(&json, &[], &mut broken);
+        assert_eq!(
+            broken,
+            ["munmap: 6000 ns of lock wait and hold in 5000 ns of syscall"]
+        );
     }
 
     #[test]
