@@ -10,6 +10,8 @@ pub mod collect;
 pub mod exports;
 pub mod intervals;
 pub mod launch;
+#[cfg(test)]
+mod layering;
 pub mod live;
 pub mod model;
 pub mod output;
