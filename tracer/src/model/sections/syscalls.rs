@@ -141,30 +141,17 @@ mod tests {
 
     #[test]
     fn a_window_subtracts_every_total() {
-        let mut now = Raw::default();
-        now.0[1] = SyscallTotals {
-            count: 5,
-            total_ns: 500,
-            lock_wait_ns: 50,
-            lock_hold_ns: 100,
+        let munmap = |count, total_ns, lock_wait_ns, lock_hold_ns| {
+            let mut raw = Raw::default();
+            raw.0[1] = SyscallTotals {
+                count,
+                total_ns,
+                lock_wait_ns,
+                lock_hold_ns,
+            };
+            raw
         };
-        let mut before = Raw::default();
-        before.0[1] = SyscallTotals {
-            count: 2,
-            total_ns: 200,
-            lock_wait_ns: 20,
-            lock_hold_ns: 40,
-        };
-        let window = now.since(&before);
-        assert_eq!(
-            window.0[1],
-            SyscallTotals {
-                count: 3,
-                total_ns: 300,
-                lock_wait_ns: 30,
-                lock_hold_ns: 60,
-            }
-        );
-        assert_eq!(window.0[0], SyscallTotals::default());
+        let window = munmap(5, 500, 50, 100).since(&munmap(2, 200, 20, 40));
+        assert_eq!(window, munmap(3, 300, 30, 60));
     }
 }
