@@ -196,12 +196,22 @@ impl Holders {
     #[inline(always)]
     pub fn blockers_of(&mut self, waiter_tid: u32, waiter_writes: bool) -> Blockers {
         let mut out = Blockers::default();
+        self.fill_blockers(waiter_tid, waiter_writes, &mut out);
+        out
+    }
+
+    /// `blockers_of` into `out` (its refs past the count are left as they were): the eBPF
+    /// programs fill the waiter's state in place rather than copy 72 bytes through their stack.
+    #[inline(always)]
+    pub fn fill_blockers(&mut self, waiter_tid: u32, waiter_writes: bool, out: &mut Blockers) {
+        out.count = 0;
+        out.write_mask = 0;
         if self.writer.tid != 0 && self.writer.tid != waiter_tid {
             self.writer.blocked = 1;
             out.refs[0] = self.writer;
             out.count = 1;
             out.write_mask = 1;
-            return out;
+            return;
         }
         let queued = self.queued_writer.tid;
         if !waiter_writes && queued != 0 && queued != waiter_tid {
@@ -211,7 +221,7 @@ impl Holders {
             out.write_mask = 1;
         }
         if !waiter_writes && out.count == 0 {
-            return out;
+            return;
         }
         for i in 0..MAX_READERS {
             let slot = &mut self.readers[i];
@@ -222,7 +232,6 @@ impl Holders {
             out.refs[out.count as usize & (MAX_BLOCKERS - 1)] = *slot;
             out.count += 1;
         }
-        out
     }
 }
 

@@ -168,6 +168,15 @@ impl LockTiming {
         }
     }
 
+    /// Whether a start_locking in `mode` at `now` continues the last trylock miss (the fault
+    /// path's trylock then killable lock: one wait), rather than beginning a new operation.
+    #[inline(always)]
+    pub fn continues_miss(&self, mode: u8, now: u64) -> bool {
+        self.miss_ns != 0
+            && self.miss_mode == mode
+            && now.wrapping_sub(self.miss_ns) <= MISS_CONTINUATION_NS
+    }
+
     #[inline(always)]
     fn start_locking<H: TimingHooks>(&mut self, mode: u8, now: u64, hooks: &mut H) -> Effects {
         let mut fx = Effects::default();
@@ -178,10 +187,7 @@ impl LockTiming {
         } else if self.wait_start_ns != 0 {
             fx.counter = Some(Counter::StartWhileWaiting);
         }
-        let continues_miss = self.miss_ns != 0
-            && self.miss_mode == mode
-            && now.wrapping_sub(self.miss_ns) <= MISS_CONTINUATION_NS;
-        self.wait_start_ns = if continues_miss {
+        self.wait_start_ns = if self.continues_miss(mode, now) {
             self.miss_wait_start_ns
         } else {
             hooks.operation_begins();
@@ -421,6 +427,13 @@ impl Effects {
     /// rather than an unpaired event.
     #[inline(always)]
     pub fn seen_first(mut self, event: LockEvent) -> Self {
+        self.note_seen_first(event);
+        self
+    }
+
+    /// `seen_first` in place.
+    #[inline(always)]
+    pub fn note_seen_first(&mut self, event: LockEvent) {
         let ends_unseen_start = matches!(
             self.counter,
             Some(Counter::UnpairedAcquire | Counter::UnpairedRelease)
@@ -428,7 +441,6 @@ impl Effects {
         if ends_unseen_start && !matches!(event, LockEvent::StartLocking { .. }) {
             self.counter = Some(Counter::BeganBeforeAttach);
         }
-        self
     }
 }
 

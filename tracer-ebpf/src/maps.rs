@@ -164,6 +164,14 @@ pub fn add_duration(value: *mut AggValue, ns: u64) {
     }
 }
 
+/// A copy of `key` on the calling program's stack. 6.1's verifier takes a map key only from the
+/// stack or a map value, not from the memory a global function was handed (`R2 type=mem
+/// expected=fp, ...`); a volatile read keeps LLVM from passing the original pointer on.
+#[inline(always)]
+pub fn on_stack<K: Copy>(key: &K) -> K {
+    unsafe { core::ptr::read_volatile(key) }
+}
+
 /// The value of `key` in a hash map, inserted from `zero` when missing. A map that
 /// once refused an insert (full) is only looked up from then on; losses count as `lost`.
 #[inline(always)]

@@ -11,24 +11,27 @@ use aya_ebpf::{
     macros::btf_tracepoint,
     programs::{tracing::StackIdContext, BtfTracePointContext, TracePointContext},
 };
-use aya_ebpf::{macros::map, maps::HashMap};
+use aya_ebpf::{
+    macros::map,
+    maps::{HashMap, PerCpuArray},
+};
 use tracer_common::{
-    totals_index, AggKey, AggValue, Counter, Effects, LockEvent, LockState, ModeTotals, SleepKey,
-    StateKey, KEYS_AGG, KIND_HOLD, KIND_WAIT, MODE_READ, MODE_WRITE, NO_STACK,
+    totals_index, AggKey, AggValue, Counter, Effects, LockEvent, LockState, ModeTotals, OffCpu,
+    SleepKey, StateKey, KEYS_AGG, KIND_HOLD, KIND_WAIT, MODE_READ, MODE_WRITE, NO_STACK,
 };
 
 use crate::{
     blockers::{self, EndedHold},
-    context::LockContext,
+    context::{BtfRegs, ClassicRegs, Regs},
     faults, lean,
     maps::{
-        armed, atomic_add, config, count, count_key, keeps_thread, slot_of, AGG, BPF_NOEXIST,
-        EEXIST, FULL_AGG, FULL_SLEEPS, LOCK_STATE, STACKS, TID_HOLDING, TOTALS,
+        armed, atomic_add, config, count, count_key, keeps_thread, on_stack, slot_of, AGG,
+        BPF_NOEXIST, EEXIST, FULL_AGG, FULL_SLEEPS, LOCK_STATE, STACKS, TID_HOLDING, TOTALS,
     },
     pending, syscalls,
-    target::{classify, fatal_signal_pending, Locker, NO_SLOT},
+    target::{classified, fatal_signal_pending, Locker, NO_SLOT},
     timeline,
-    user_stacks::{self, EventShare},
+    user_stacks::{self, CopyUserStack, EventShare},
 };
 
 /// Sleeping time of holds per kernel stack of the sleep.
@@ -54,25 +57,185 @@ pub struct LockArgs {
     pub success: bool,
 }
 
+/// One hit as a program hands it to the family's global function, on the program's stack (a
+/// global function takes scalars and pointers to memory; the tp_btf `mm` is a typed pointer
+/// that the verifier passes only inside memory). The function may ask for the stacks
+/// (`WANTS_STACKS`) before it changes anything; the program then walks them, which needs its
+/// context, and calls again with them.
+#[repr(C)]
+pub struct LockCall {
+    pub mm: u64,
+    pub write: u32,
+    pub success: u32,
+    /// Walked by the program when the first call asked for them (`walked` 1), else NO_STACK.
+    pub kernel_stack: i32,
+    pub user_stack: i32,
+    pub walked: u32,
+    /// What the first call found or drew that the second must not find or draw again: the
+    /// thread's state was created by it; the sampler picked this operation.
+    pub first_seen: u32,
+    pub sampled: u32,
+    pub _pad: u32,
+    /// The locker, `Locker::pack`ed.
+    pub who: i64,
+}
+
+const HOOK_START: u32 = 0;
+const HOOK_ACQUIRE: u32 = 1;
+const HOOK_RELEASE: u32 = 2;
+/// What the global function returns: done, or call again with the stacks walked.
+const DONE: i32 = 0;
+const WANTS_STACKS: i32 = 1;
+/// Or'ed into DONE: a wait, a hold ended; `ENDED` has it for the function that records it.
+const WAIT_ENDED: i32 = 2;
+const HOLD_ENDED: i32 = 4;
+
+impl LockCall {
+    #[inline(always)]
+    fn new(mm: u64, write: bool, success: bool) -> Self {
+        LockCall {
+            mm,
+            write: write as u32,
+            success: success as u32,
+            kernel_stack: NO_STACK,
+            user_stack: NO_STACK,
+            walked: 0,
+            first_seen: 0,
+            sampled: 0,
+            _pad: 0,
+            who: 0,
+        }
+    }
+
+    /// The hit's arguments; `hook` is the global function's own, known to the verifier.
+    #[inline(always)]
+    fn args(&self, hook: Hook) -> LockArgs {
+        LockArgs {
+            hook,
+            mm: self.mm,
+            write: self.write != 0,
+            success: self.success != 0,
+        }
+    }
+}
+
+/// The family's work for one hit, as global functions: the verifier checks each once, apart
+/// from the program around it and from the other global functions it calls, rather than once
+/// per path through all of them inlined together (which took it past half its million
+/// instructions). One per hook, so that each knows its hook; one set per kind of tracepoint,
+/// since they read the user registers differently.
+pub trait Family: Regs + CopyUserStack {
+    fn event<const HOOK: u32>(st: *mut LockState, call: &mut LockCall) -> i32;
+    fn wait_ended(st: *mut LockState, end: *const Ended);
+    fn hold_ended(st: *mut LockState, end: *const Ended);
+}
+
+macro_rules! event_functions {
+    ($regs:ty, $start:ident, $acquire:ident, $release:ident, $wait:ident, $hold:ident) => {
+        impl Family for $regs {
+            #[inline(always)]
+            fn event<const HOOK: u32>(st: *mut LockState, call: &mut LockCall) -> i32 {
+                match HOOK {
+                    HOOK_START => $start(st, call),
+                    HOOK_ACQUIRE => $acquire(st, call),
+                    _ => $release(st, call),
+                }
+            }
+
+            #[inline(always)]
+            fn wait_ended(st: *mut LockState, end: *const Ended) {
+                $wait(st, end);
+            }
+
+            #[inline(always)]
+            fn hold_ended(st: *mut LockState, end: *const Ended) {
+                $hold(st, end);
+            }
+        }
+
+        #[unsafe(no_mangle)]
+        #[inline(never)]
+        pub extern "C" fn $wait(st: *mut LockState, end: *const Ended) -> i32 {
+            if let (Some(st), Some(end)) = unsafe { (st.as_mut(), end.as_ref()) } {
+                wait_ended::<$regs>(st, end);
+            }
+            0
+        }
+
+        #[unsafe(no_mangle)]
+        #[inline(never)]
+        pub extern "C" fn $hold(st: *mut LockState, end: *const Ended) -> i32 {
+            if let (Some(st), Some(end)) = unsafe { (st.as_mut(), end.as_ref()) } {
+                hold_ended::<$regs>(st, end);
+            }
+            0
+        }
+
+        #[unsafe(no_mangle)]
+        #[inline(never)]
+        pub extern "C" fn $start(st: *mut LockState, call: *mut LockCall) -> i32 {
+            match unsafe { (st.as_mut(), call.as_mut()) } {
+                (Some(st), Some(call)) => on_lock_event::<$regs>(st, call, Hook::StartLocking),
+                _ => DONE,
+            }
+        }
+
+        #[unsafe(no_mangle)]
+        #[inline(never)]
+        pub extern "C" fn $acquire(st: *mut LockState, call: *mut LockCall) -> i32 {
+            match unsafe { (st.as_mut(), call.as_mut()) } {
+                (Some(st), Some(call)) => on_lock_event::<$regs>(st, call, Hook::AcquireReturned),
+                _ => DONE,
+            }
+        }
+
+        #[unsafe(no_mangle)]
+        #[inline(never)]
+        pub extern "C" fn $release(st: *mut LockState, call: *mut LockCall) -> i32 {
+            match unsafe { (st.as_mut(), call.as_mut()) } {
+                (Some(st), Some(call)) => on_lock_event::<$regs>(st, call, Hook::Released),
+                _ => DONE,
+            }
+        }
+    };
+}
+
+event_functions!(
+    BtfRegs,
+    mmap_lock_start_btf,
+    mmap_lock_acquire_btf,
+    mmap_lock_release_btf,
+    mmap_lock_wait_ended_btf,
+    mmap_lock_hold_ended_btf
+);
+event_functions!(
+    ClassicRegs,
+    mmap_lock_start_classic,
+    mmap_lock_acquire_classic,
+    mmap_lock_release_classic,
+    mmap_lock_wait_ended_classic,
+    mmap_lock_hold_ended_classic
+);
+
 // Classic tracepoints: the fallback where the kernel has no BTF for the events. The kernel
 // formats a perf record for every hit before the program runs, about 15% of a lock-bound
 // target's throughput on its own.
 
 classic_tracepoint! {
     fn mmap_lock_start_locking(ctx) {
-        classic(&ctx, Hook::StartLocking);
+        classic::<HOOK_START>(&ctx);
     }
 }
 
 classic_tracepoint! {
     fn mmap_lock_acquire_returned(ctx) {
-        classic(&ctx, Hook::AcquireReturned);
+        classic::<HOOK_ACQUIRE>(&ctx);
     }
 }
 
 classic_tracepoint! {
     fn mmap_lock_released(ctx) {
-        classic(&ctx, Hook::Released);
+        classic::<HOOK_RELEASE>(&ctx);
     }
 }
 
@@ -83,95 +246,149 @@ classic_tracepoint! {
 
 #[btf_tracepoint(function = "mmap_lock_start_locking")]
 pub fn btf_start_locking(ctx: BtfTracePointContext) -> i32 {
-    btf::<1>(&ctx, Hook::StartLocking)
+    btf::<1, HOOK_START>(&ctx)
 }
 
 #[btf_tracepoint(function = "mmap_lock_acquire_returned")]
 pub fn btf_acquire_returned(ctx: BtfTracePointContext) -> i32 {
-    btf::<1>(&ctx, Hook::AcquireReturned)
+    btf::<1, HOOK_ACQUIRE>(&ctx)
 }
 
 #[btf_tracepoint(function = "mmap_lock_released")]
 pub fn btf_released(ctx: BtfTracePointContext) -> i32 {
-    btf::<1>(&ctx, Hook::Released)
+    btf::<1, HOOK_RELEASE>(&ctx)
 }
 
 #[btf_tracepoint(function = "mmap_lock_start_locking")]
 pub fn btf_memcg_start_locking(ctx: BtfTracePointContext) -> i32 {
-    btf::<2>(&ctx, Hook::StartLocking)
+    btf::<2, HOOK_START>(&ctx)
 }
 
 #[btf_tracepoint(function = "mmap_lock_acquire_returned")]
 pub fn btf_memcg_acquire_returned(ctx: BtfTracePointContext) -> i32 {
-    btf::<2>(&ctx, Hook::AcquireReturned)
+    btf::<2, HOOK_ACQUIRE>(&ctx)
 }
 
 #[btf_tracepoint(function = "mmap_lock_released")]
 pub fn btf_memcg_released(ctx: BtfTracePointContext) -> i32 {
-    btf::<2>(&ctx, Hook::Released)
+    btf::<2, HOOK_RELEASE>(&ctx)
 }
 
 /// `WRITE`: the index of the write argument (success follows it).
 #[inline(always)]
-fn btf<const WRITE: usize>(ctx: &BtfTracePointContext, hook: Hook) -> i32 {
+fn btf<const WRITE: usize, const HOOK: u32>(ctx: &BtfTracePointContext) -> i32 {
     let write: u64 = ctx.arg(WRITE);
-    let args = LockArgs {
-        hook,
-        mm: ctx.arg(0),
-        write: write as u8 != 0,
-        success: hook == Hook::AcquireReturned && ctx.arg::<u64>(WRITE + 1) as u8 != 0,
-    };
-    flush_before_start(&args);
-    let _ = on_lock_event(ctx, args);
+    let success = HOOK == HOOK_ACQUIRE && ctx.arg::<u64>(WRITE + 1) as u8 != 0;
+    let mut call = LockCall::new(ctx.arg(0), write as u8 != 0, success);
+    run::<BtfRegs, _, HOOK>(ctx, &mut call);
     0
 }
 
 #[inline(always)]
-fn classic(ctx: &TracePointContext, hook: Hook) {
-    if let Ok(args) = classic_args(ctx, hook) {
-        flush_before_start(&args);
-        let _ = on_lock_event(ctx, args);
+fn classic<const HOOK: u32>(ctx: &TracePointContext) {
+    if let Ok(mut call) = classic_call(ctx, HOOK) {
+        run::<ClassicRegs, _, HOOK>(ctx, &mut call);
+    }
+}
+
+/// Hands the hit to the family's global functions: the target filter, the lean path or the
+/// thread's state, then the step (again with the stacks if it asks for them), then the
+/// recording of what ended. Called from here, one level deep each, rather than from one
+/// another: 6.1's verifier holds the frames of the deepest chain of calls to 512 bytes.
+#[inline(always)]
+fn run<F: Family, C: StackIdContext, const HOOK: u32>(ctx: &C, call: &mut LockCall) {
+    if HOOK == HOOK_START {
+        flush_before_start(call.mm);
+    }
+    let Some(locker) = classified(&call.mm) else {
+        return;
+    };
+    if !armed() {
+        return;
+    }
+    if lean::takes(&locker) {
+        lean::on_lock_event(&locker, &call.args(hook_of(HOOK)));
+        return;
+    }
+    let key = StateKey {
+        tid: locker.tid,
+        _pad: 0,
+        mm: call.mm,
+    };
+    let Some((state, created)) = state_of(&key) else {
+        count(Counter::StateMapFull);
+        return;
+    };
+    call.who = locker.pack();
+    call.first_seen = created as u32;
+    let mut done = F::event::<HOOK>(state, call);
+    if done == WANTS_STACKS {
+        (call.kernel_stack, call.user_stack) = walk_stacks(ctx);
+        call.walked = 1;
+        done = F::event::<HOOK>(state, call);
+    }
+    if done & (WAIT_ENDED | HOLD_ENDED) != 0 {
+        let Some(end) = ENDED.get_ptr_mut(0) else {
+            return;
+        };
+        if done & WAIT_ENDED != 0 {
+            F::wait_ended(state, end);
+        }
+        if done & HOLD_ENDED != 0 {
+            F::hold_ended(state, end);
+        }
+    }
+    let st = unsafe { &mut *state };
+    if st.is_idle() {
+        // Reset in place rather than deleting: the thread's next lock operation finds its
+        // entry with a lookup instead of an LRU insert (which allocates), and a delete per
+        // operation cost as much again. Entries of exited threads are the least recently used
+        // and go first when the map fills; a live one is touched at every event of its lock
+        // operation, which lasts far less than the thousands of inserts it takes to age out.
+        st.reset_keeping_history();
+    }
+}
+
+#[inline(always)]
+fn hook_of(hook: u32) -> Hook {
+    match hook {
+        HOOK_START => Hook::StartLocking,
+        HOOK_ACQUIRE => Hook::AcquireReturned,
+        _ => Hook::Released,
     }
 }
 
 /// A thread about to wait for the lock is outside it: the aggregation its last operation on the
-/// mm left (see `pending`) is done now, before the wait is timed. Here, before the target
-/// filter, with a lookup of its own: after the filter (or handing the state it found to the
-/// filter's paths), the verifier explores the flush once per path through the filter, past its
-/// limit of a million instructions.
+/// mm left (see `pending`) is done now, before the wait is timed, and before the target
+/// filter: it finds the state with a lookup of its own.
 #[inline(always)]
-fn flush_before_start(args: &LockArgs) {
-    if args.hook == Hook::StartLocking && config().attribution != 0 && armed() {
-        pending::flush_thread(&StateKey {
+fn flush_before_start(mm: u64) {
+    if config().attribution != 0 && armed() {
+        pending::pending_flush(&StateKey {
             tid: bpf_get_current_pid_tgid() as u32,
             _pad: 0,
-            mm: args.mm,
+            mm,
         });
     }
 }
 
 /// The fields of the perf record, where tracefs said they are.
 #[inline(always)]
-fn classic_args(ctx: &TracePointContext, hook: Hook) -> Result<LockArgs, i64> {
+fn classic_call(ctx: &TracePointContext, hook: u32) -> Result<LockCall, i64> {
     let cfg = config();
     let f = match hook {
-        Hook::StartLocking => &cfg.mmap_lock.start_locking,
-        Hook::AcquireReturned => &cfg.mmap_lock.acquire_returned,
-        Hook::Released => &cfg.mmap_lock.released,
+        HOOK_START => &cfg.mmap_lock.start_locking,
+        HOOK_ACQUIRE => &cfg.mmap_lock.acquire_returned,
+        _ => &cfg.mmap_lock.released,
     };
     let mm: u64 = unsafe { ctx.read_at(f.mm as usize) }?;
     let write: u8 = unsafe { ctx.read_at(f.write as usize) }?;
-    let success: u8 = if hook == Hook::AcquireReturned {
+    let success: u8 = if hook == HOOK_ACQUIRE {
         unsafe { ctx.read_at(f.success as usize) }?
     } else {
         0
     };
-    Ok(LockArgs {
-        hook,
-        mm,
-        write: write != 0,
-        success: success != 0,
-    })
+    Ok(LockCall::new(mm, write != 0, success != 0))
 }
 
 /// Why the lock was taken, as far as it is known without a stack.
@@ -204,11 +421,11 @@ impl Entry {
 /// every syscall on the machine through the kernel's slow path). Where the registers cannot
 /// be found, the mm syscall the syscall programs saw enter (`--syscall-times`), if any.
 #[inline(always)]
-fn kernel_entry<C: LockContext>(ctx: &C, locker: &Locker) -> Entry {
+fn kernel_entry<R: Regs>(locker: &Locker) -> Entry {
     if locker.outside_pid != 0 {
         return Entry::UNKNOWN;
     }
-    match ctx.entry_nr() {
+    match R::entry_nr() {
         Some(nr) => Entry {
             fault: faults::is_exception(nr),
             syscall: syscalls::cause_of(nr),
@@ -221,49 +438,53 @@ fn kernel_entry<C: LockContext>(ctx: &C, locker: &Locker) -> Entry {
 }
 
 #[inline(always)]
-fn on_lock_event<C: LockContext>(ctx: &C, args: LockArgs) -> Result<(), i64> {
+fn on_lock_event<R: Family>(st: &mut LockState, call: &mut LockCall, hook: Hook) -> i32 {
+    let args = call.args(hook);
     let cfg = config();
     let mm = args.mm;
-    let Some(locker) = classify(mm) else {
-        return Ok(());
-    };
-    if !armed() {
-        return Ok(());
-    }
-    if lean::takes(&locker) {
-        lean::on_lock_event(&locker, &args);
-        return Ok(());
-    }
+    let locker = Locker::unpack(call.who);
     let event = decode(&args);
-    let key = StateKey {
-        tid: locker.tid,
-        _pad: 0,
-        mm,
-    };
-    let Some((state, first_seen)) = state_of(&key) else {
-        count(Counter::StateMapFull);
-        return Ok(());
-    };
-    let st = unsafe { &mut *state };
+    let first_seen = call.first_seen != 0;
     let is_start = matches!(event, LockEvent::StartLocking { .. });
+    let now = unsafe { bpf_ktime_get_ns() };
 
     let attribute = cfg.attribution != 0;
+    let new_wait = is_start && !st.timing.continues_miss(decode_mode(&args), now);
     let entry = if attribute && is_start {
-        kernel_entry(ctx, &locker)
+        kernel_entry::<R>(&locker)
     } else {
         Entry::UNKNOWN
     };
+    // Whatever asks for stacks does so here, before the state changes: the second call, with
+    // the stacks, takes the same decisions.
+    let plan = if attribute && new_wait {
+        plan_wait(&locker, mm, st, call, now, entry)
+    } else {
+        WaitPlan::NONE
+    };
+    let wants_stacks = if is_start {
+        plan.expected_long
+    } else {
+        ends_past_late_threshold(st, &args, now)
+    };
+    if wants_stacks && call.walked == 0 {
+        return WANTS_STACKS;
+    }
+    let late_stacks = if is_start {
+        (NO_STACK, NO_STACK)
+    } else {
+        (call.kernel_stack, call.user_stack)
+    };
+
     let (held_since, held_mode) = (st.timing.hold_start_ns, st.timing.hold_mode);
     let waiting_for_write = st.timing.wait_start_ns != 0 && st.timing.wait_mode == MODE_WRITE;
-    let now = unsafe { bpf_ktime_get_ns() };
     let mut effects = st.step(event, now);
     if first_seen {
-        effects = effects.seen_first(event);
+        effects.note_seen_first(event);
     }
 
-    if is_start && st.timing.wait_start_ns == now {
-        // A new wait (not the fault path's lock after its failed trylock).
-        if attribute && begin_attributed_wait(ctx, &locker, mm, st, now, entry) {
+    if new_wait {
+        if attribute && begin_attributed_wait::<R>(&locker, st, now, entry, &plan, call) {
             // The wait is timed from after the tracer's own work (microseconds of stack walks
             // and copying): what the thread spends waiting for the lock, not for the tracer.
             st.timing.wait_start_ns = unsafe { bpf_ktime_get_ns() };
@@ -295,57 +516,133 @@ fn on_lock_event<C: LockContext>(ctx: &C, args: LockArgs) -> Result<(), i64> {
         syscall,
         fault: st.fault,
     };
-    apply(ctx, &locker, &effects, reason, st, ended);
-    if st.is_idle() {
-        // Reset in place rather than deleting: the thread's next lock operation finds its
-        // entry with a lookup instead of an LRU insert (which allocates), and a delete per
-        // operation cost as much again. Entries of exited threads are the least recently used
-        // and go first when the map fills; a live one is touched at every event of its lock
-        // operation, which lasts far less than the thousands of inserts it takes to age out.
-        st.reset_keeping_history();
-    }
-    Ok(())
+    apply(&locker, &effects, reason, st, ended, late_stacks)
 }
 
-/// A new wait with attribution on: whether it serves a fault, which holders it waits behind,
-/// and, when it is expected to be long, its stacks (and user stack copy) taken now. Returns
-/// whether it walked them.
 #[inline(always)]
-fn begin_attributed_wait<C: LockContext>(
-    ctx: &C,
+fn decode_mode(args: &LockArgs) -> u8 {
+    if args.write {
+        MODE_WRITE
+    } else {
+        MODE_READ
+    }
+}
+
+/// What a new wait with attribution on will do, decided before the state changes: the holders
+/// it waits behind (written to the state's blockers, marked as blocking, and a writer queued:
+/// all idempotent, so the second call finds the same), and whether its stacks (and user stack
+/// copy) are taken now. The step that follows clears the blockers' count and mask, which
+/// `begin_attributed_wait` puts back.
+struct WaitPlan {
+    count: u32,
+    write_mask: u32,
+    expected_long: bool,
+    sampled: bool,
+}
+
+impl WaitPlan {
+    const NONE: WaitPlan = WaitPlan {
+        count: 0,
+        write_mask: 0,
+        expected_long: false,
+        sampled: false,
+    };
+}
+
+/// Walk the stacks at start_locking, when this operation is expected to be long, rather than at
+/// acquire or release, which run inside the critical section where every waiter pays for the
+/// walk. A wait is expected long when it queued behind a hold that has already lasted the stack
+/// threshold, or behind anyone when this thread's last wait for the same cause crossed it; a
+/// hold, when its predecessor for the same cause did. Merely queueing predicts nothing: on a
+/// busy lock most waits behind a holder last microseconds. A sample of the other operations
+/// gets its stacks too (`user_copy_sampled` keeps them whatever their length), so that the
+/// common short paths are named; the sampler draws once, in the first call. The thread's last
+/// wait, which the blockers served, was aggregated by `flush_before_start`.
+#[inline(always)]
+fn plan_wait(
     locker: &Locker,
     mm: u64,
     st: &mut LockState,
+    call: &mut LockCall,
     now: u64,
     entry: Entry,
+) -> WaitPlan {
+    blockers::begin_wait(locker, mm, call.write != 0, &mut st.blockers);
+    let cause = entry.syscall;
+    let queued = st.blockers.count != 0;
+    let foreseen = (queued
+        && (st.blockers.longest_held(now) >= config().stack_threshold_ns
+            || st.expects_long_wait(cause)))
+        || st.expects_long_hold(cause);
+    if call.walked == 0 {
+        call.sampled = (!foreseen && user_stacks::sample_at_start(locker)) as u32;
+    }
+    let sampled = call.sampled != 0;
+    WaitPlan {
+        count: st.blockers.count,
+        write_mask: st.blockers.write_mask,
+        expected_long: foreseen || sampled,
+        sampled,
+    }
+}
+
+/// A new wait with attribution on: whether it serves a fault, which holders it waits behind,
+/// and, when it is expected to be long, its stacks (walked by the program) and user stack copy.
+/// Returns whether it took them.
+#[inline(always)]
+fn begin_attributed_wait<R: CopyUserStack>(
+    locker: &Locker,
+    st: &mut LockState,
+    now: u64,
+    entry: Entry,
+    plan: &WaitPlan,
+    call: &LockCall,
 ) -> bool {
     st.fault = entry.fault as u8;
     if entry.fault {
         faults::count_fault_lock();
     }
-    st.blockers = blockers::begin_wait(locker, mm, st.timing.wait_mode == MODE_WRITE);
-    // Walk the stacks now, when this operation is expected to be long, rather than at acquire
-    // or release, which run inside the critical section where every waiter pays for the walk.
-    // A wait is expected long when it queued behind a hold that has already lasted the stack
-    // threshold, or behind anyone when this thread's last wait for the same cause crossed it;
-    // a hold, when its predecessor for the same cause did. Merely queueing predicts nothing:
-    // on a busy lock most waits behind a holder last microseconds. A sample of the other
-    // operations gets its stacks too (`user_copy_sampled` keeps them whatever their length),
-    // so that the common short paths are named.
-    let cause = entry.syscall;
-    st.cause = cause;
-    let queued = st.blockers.count != 0;
-    let expected_long = (queued
-        && (st.blockers.longest_held(now) >= config().stack_threshold_ns
-            || st.expects_long_wait(cause)))
-        || st.expects_long_hold(cause)
-        || user_stacks::sample_at_start(locker, st);
-    if st.start_kernel_stack != NO_STACK || !expected_long {
+    (st.blockers.count, st.blockers.write_mask) = (plan.count, plan.write_mask);
+    st.cause = entry.syscall;
+    if plan.sampled {
+        st.user_copy_sampled = 1;
+    }
+    if st.start_kernel_stack != NO_STACK || !plan.expected_long {
         return false;
     }
-    (st.start_kernel_stack, st.start_user_stack) = walk_stacks(ctx);
-    user_stacks::copy_at_start(ctx, locker, st, now);
+    (st.start_kernel_stack, st.start_user_stack) = (call.kernel_stack, call.user_stack);
+    user_stacks::copy_at_start::<R>(locker, st, now);
     true
+}
+
+/// Whether this acquire or release ends a wait or hold that `agg_key` will want stacks for and
+/// that has none from its start_locking: one past the late threshold.
+#[inline(always)]
+fn ends_past_late_threshold(st: &LockState, args: &LockArgs, now: u64) -> bool {
+    if st.start_kernel_stack != NO_STACK {
+        return false;
+    }
+    let t = &st.timing;
+    let mode = decode_mode(args);
+    let began = match args.hook {
+        Hook::AcquireReturned if t.wait_start_ns != 0 => {
+            if t.wait_mode == mode && args.success {
+                t.wait_start_ns
+            } else {
+                0
+            }
+        }
+        Hook::AcquireReturned if args.success && mode == MODE_READ && t.hold_start_ns != 0 => {
+            if t.hold_mode == MODE_WRITE {
+                t.hold_start_ns
+            } else {
+                0
+            }
+        }
+        Hook::Released if t.hold_start_ns != 0 && t.hold_mode == mode => t.hold_start_ns,
+        _ => 0,
+    };
+    began != 0 && now.wrapping_sub(began) >= config().late_stack_threshold_ns
 }
 
 /// The state machine's view of one hit.
@@ -395,15 +692,17 @@ fn track_holding_thread(tid: u32, mm: u64, was_holding: bool, holding: bool) {
     }
 }
 
+/// Counts what the step produced, and leaves a wait or hold that ended in `ENDED` for the
+/// program to have it recorded; returns DONE with WAIT_ENDED or HOLD_ENDED.
 #[inline(always)]
-fn apply<C: LockContext>(
-    ctx: &C,
+fn apply(
     locker: &Locker,
     fx: &Effects,
     reason: Reason,
-    st: &mut LockState,
+    st: &LockState,
     ended: EndedHold,
-) {
+    late_stacks: (i32, i32),
+) -> i32 {
     if let Some(counter) = fx.counter {
         count(counter);
     }
@@ -420,35 +719,122 @@ fn apply<C: LockContext>(
     if fx.downgraded {
         add_totals(outside, MODE_WRITE, |t| t.downgrades += 1);
     }
+    // In a per-CPU scratch value rather than on the stack: this frame and the one of the
+    // function it calls are on the deepest chain, which 6.1's verifier holds to 512 bytes. The
+    // lock programs run in process context without preemption: nothing else on this CPU uses
+    // the value until they return.
+    let Some(end) = ENDED.get_ptr_mut(0) else {
+        return DONE;
+    };
+    let end = unsafe { &mut *end };
+    *end = Ended {
+        who: locker.pack(),
+        ns: 0,
+        contended_ns: fx.wait_contended_ns,
+        hold_start_ns: ended.hold_start_ns,
+        off: fx.hold_offcpu,
+        late_stacks: [late_stacks.0, late_stacks.1],
+        mode: 0,
+        syscall: reason.syscall,
+        fault: reason.fault,
+        blocked: ended.blocked as u8,
+        last_use: (fx.hold.is_none() && st.timing.hold_start_ns == 0) as u8,
+        _pad: [0; 3],
+    };
+    // A wait and a hold never end at once (a downgrade ends a hold without a wait).
     if let Some((mode, ns)) = fx.wait {
-        add_totals(outside, mode, |t| t.add_wait(ns));
-        st.note_wait_length(reason.syscall, ns >= config().stack_threshold_ns);
-        let waiter = agg_key(ctx, locker, KIND_WAIT, mode, ns, reason, false, st);
-        timeline::emit(locker, &waiter, ns);
-        let last_use = fx.hold.is_none() && st.timing.hold_start_ns == 0;
-        let share = EventShare::waited(fx.wait_contended_ns);
-        user_stacks::send_event(ctx, locker, st, &waiter, ns, share, last_use);
-        pending::defer_wait(st, waiter, ns, fx.wait_contended_ns);
+        (end.mode, end.ns) = (mode, ns);
+        return WAIT_ENDED;
     }
     if let Some((mode, ns)) = fx.hold {
-        add_totals(outside, mode, |t| t.add_hold(ns));
-        st.note_hold_length(reason.syscall, ns >= config().stack_threshold_ns);
-        let off = fx.hold_offcpu;
-        // A hold that blocked someone gets its stacks whatever its length: its waiters need them.
-        let hold = agg_key(ctx, locker, KIND_HOLD, mode, ns, reason, ended.blocked, st);
-        timeline::emit(locker, &hold, ns);
+        (end.mode, end.ns) = (mode, ns);
         // A downgrade ends the write hold and begins a read hold: the copy serves that too.
-        let last_use = st.timing.hold_start_ns == 0;
-        user_stacks::send_event(ctx, locker, st, &hold, ns, EventShare::held(&off), last_use);
-        if off.sleeping_ns > 0 {
-            add_sleep(&hold, off.longest_sleep_stack, off.sleeping_ns);
+        end.last_use = (st.timing.hold_start_ns == 0) as u8;
+        return HOLD_ENDED;
+    }
+    DONE
+}
+
+/// Slot 0: the wait or hold `apply` hands to the global function that records it.
+#[map]
+static ENDED: PerCpuArray<Ended> = PerCpuArray::with_max_entries(1, 0);
+
+/// A wait or hold that just ended, as `apply` hands it to the global functions that record it
+/// (at most five scalars or pointers: the rest in memory).
+#[repr(C)]
+pub struct Ended {
+    /// `Locker::pack`.
+    pub who: i64,
+    pub ns: u64,
+    /// A wait: the part asleep in the rwsem slow path.
+    pub contended_ns: u64,
+    /// A hold that blocked someone: when it began (its identity for its waiters).
+    pub hold_start_ns: u64,
+    /// A hold: where it went off CPU.
+    pub off: OffCpu,
+    /// Walked inside the critical section for an operation past the late threshold.
+    pub late_stacks: [i32; 2],
+    pub mode: u8,
+    pub syscall: u8,
+    pub fault: u8,
+    pub blocked: u8,
+    /// This is the operation's last use of its user stack copy.
+    pub last_use: u8,
+    pub _pad: [u8; 3],
+}
+
+/// Records a finished wait: totals, history, key, timeline, user stack event, and its
+/// aggregation left pending until the thread is outside the lock.
+#[inline(always)]
+fn wait_ended<R: CopyUserStack>(st: &mut LockState, end: &Ended) {
+    let locker = Locker::unpack(end.who);
+    let (mode, ns) = (end.mode, end.ns);
+    let reason = end.reason();
+    add_totals(locker.outside_pid != 0, mode, |t| t.add_wait(ns));
+    st.note_wait_length(reason.syscall, ns >= config().stack_threshold_ns);
+    let late = (end.late_stacks[0], end.late_stacks[1]);
+    let waiter = agg_key(&locker, KIND_WAIT, mode, ns, reason, false, st, late);
+    timeline::emit(&locker, &waiter, ns);
+    let share = EventShare::waited(end.contended_ns);
+    user_stacks::send_event::<R>(&locker, st, &waiter, ns, share, end.last_use != 0);
+    pending::defer_wait(st, waiter, ns, end.contended_ns);
+}
+
+/// Records a finished hold: as a wait, plus its off-CPU sleep stack and, when it blocked
+/// someone, its record for its waiters.
+#[inline(always)]
+fn hold_ended<R: CopyUserStack>(st: &mut LockState, end: &Ended) {
+    let locker = Locker::unpack(end.who);
+    let (mode, ns) = (end.mode, end.ns);
+    let reason = end.reason();
+    add_totals(locker.outside_pid != 0, mode, |t| t.add_hold(ns));
+    st.note_hold_length(reason.syscall, ns >= config().stack_threshold_ns);
+    let off = &end.off;
+    let late = (end.late_stacks[0], end.late_stacks[1]);
+    // A hold that blocked someone gets its stacks whatever its length: its waiters need them.
+    let blocked = end.blocked != 0;
+    let hold = agg_key(&locker, KIND_HOLD, mode, ns, reason, blocked, st, late);
+    timeline::emit(&locker, &hold, ns);
+    let share = EventShare::held(off);
+    user_stacks::send_event::<R>(&locker, st, &hold, ns, share, end.last_use != 0);
+    if off.sleeping_ns > 0 {
+        add_sleep(&hold, off.longest_sleep_stack, off.sleeping_ns);
+    }
+    if blocked {
+        // Kept now, not later with the aggregation: its waiters, charged when they leave
+        // the lock, must find it.
+        blockers::remember_holder(locker.tid, &hold, end.hold_start_ns);
+    }
+    pending::defer_hold(st, hold, ns, off);
+}
+
+impl Ended {
+    #[inline(always)]
+    fn reason(&self) -> Reason {
+        Reason {
+            syscall: self.syscall,
+            fault: self.fault,
         }
-        if ended.blocked {
-            // Kept now, not later with the aggregation: its waiters, charged when they leave
-            // the lock, must find it.
-            blockers::remember_holder(locker.tid, &hold, ended.hold_start_ns);
-        }
-        pending::defer_hold(st, hold, ns, &off);
     }
 }
 
@@ -475,13 +861,13 @@ fn add_sleep(hold: &AggKey, stack: i32, ns: u64) {
 /// threshold (or when `force`: a hold that blocked someone, a sampled operation): the ones
 /// walked at start_locking, outside the critical section, when the operation was expected to be
 /// long or was sampled (the caller that locks is the one that unlocks: the same code path). One
-/// that was not gets its stacks walked here, inside the critical section where all waiters pay
-/// for the microseconds it takes, only past the late threshold (1 ms unless every stack is
-/// asked for); shorter ones are grouped without a stack.
+/// that was not gets its stacks walked inside the critical section, where all waiters pay for
+/// the microseconds it takes, only past the late threshold (1 ms unless every stack is asked
+/// for): `late_stacks`, which the program walked when `ends_past_late_threshold` asked; shorter
+/// ones are grouped without a stack.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn agg_key<C: LockContext>(
-    ctx: &C,
+fn agg_key(
     locker: &Locker,
     kind: u8,
     mode: u8,
@@ -489,6 +875,7 @@ fn agg_key<C: LockContext>(
     reason: Reason,
     force: bool,
     st: &LockState,
+    late_stacks: (i32, i32),
 ) -> AggKey {
     let cfg = config();
     let force = force || st.user_copy_sampled != 0;
@@ -497,7 +884,7 @@ fn agg_key<C: LockContext>(
     } else if st.start_kernel_stack != NO_STACK {
         (st.start_kernel_stack, st.start_user_stack)
     } else if ns >= cfg.late_stack_threshold_ns {
-        walk_stacks(ctx)
+        late_stacks
     } else {
         (NO_STACK, NO_STACK)
     };
@@ -521,17 +908,19 @@ fn agg_key<C: LockContext>(
 /// The AGG value of `key`, inserted (and counted, for folding thread ids) if new.
 #[inline(always)]
 pub fn agg_value(key: &AggKey) -> Option<*mut AggValue> {
-    if let Some(value) = AGG.get_ptr_mut(key) {
+    // Its callers may hold the key in a state a global function was handed.
+    let key = on_stack(key);
+    if let Some(value) = AGG.get_ptr_mut(&key) {
         return Some(value);
     }
-    let value = slot_of(&AGG, key, &AggValue::ZERO, FULL_AGG, Counter::AggMapFull)?;
+    let value = slot_of(&AGG, &key, &AggValue::ZERO, FULL_AGG, Counter::AggMapFull)?;
     count_key(KEYS_AGG);
     Some(value)
 }
 
 /// The current kernel stack, and the user stack unless --no-user-stacks.
 #[inline(always)]
-fn walk_stacks<C: LockContext>(ctx: &C) -> (i32, i32) {
+fn walk_stacks<C: StackIdContext>(ctx: &C) -> (i32, i32) {
     let kernel = stack_id(
         ctx,
         0,

@@ -138,6 +138,62 @@ pub fn classify(mm: u64) -> Option<Locker> {
     None
 }
 
+/// `classify` as a global function, verified once: its many outcomes (registering, discovery,
+/// reused mms, outside lockers) would otherwise multiply every path after it. `mm` is read
+/// from memory (a tp_btf program's `mm` is a typed pointer, which a global function takes only
+/// there). Returns the locker packed by `Locker::pack`, or NOT_TRACED.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn target_classify(mm: *const u64) -> i64 {
+    match unsafe { mm.as_ref() } {
+        Some(mm) => classify(*mm).map_or(NOT_TRACED, |locker| locker.pack()),
+        None => NOT_TRACED,
+    }
+}
+
+const NOT_TRACED: i64 = -1;
+const SLOT_SHIFT: u32 = 32;
+const OUTSIDE_BIT: i64 = 1 << 40;
+
+/// The locker of the current task's lock of the mm at `mm`, if it concerns a target.
+#[inline(always)]
+pub fn classified(mm: &u64) -> Option<Locker> {
+    let packed = target_classify(mm);
+    (packed >= 0).then(|| Locker::unpack(packed))
+}
+
+impl Locker {
+    /// The target's pid, its slot and whether the locker is outside it, in one scalar for a
+    /// global function; the thread and, outside, its process are the current task's (see
+    /// `classify`).
+    #[inline(always)]
+    pub fn pack(&self) -> i64 {
+        let outside = if self.outside_pid != 0 {
+            OUTSIDE_BIT
+        } else {
+            0
+        };
+        self.pid as i64 | ((self.slot as i64) << SLOT_SHIFT) | outside
+    }
+
+    /// The locker `pack` gave, in the current task.
+    #[inline(always)]
+    pub fn unpack(packed: i64) -> Locker {
+        let pid_tgid = bpf_get_current_pid_tgid();
+        let slot = ((packed >> SLOT_SHIFT) & 0xff) as usize;
+        Locker {
+            pid: packed as u32,
+            tid: pid_tgid as u32,
+            outside_pid: if packed & OUTSIDE_BIT != 0 {
+                (pid_tgid >> 32) as u32
+            } else {
+                0
+            },
+            slot: if slot > NO_SLOT { NO_SLOT } else { slot },
+        }
+    }
+}
+
 #[inline(always)]
 fn tracer_as_outside_locker(mm: u64, tgid: u32, tid: u32, cfg: &Config) -> Option<Locker> {
     let (pid, slot) = match slot_target_of_mm(mm, cfg) {
@@ -398,7 +454,7 @@ pub fn sched_process_exit(_ctx: BtfTracePointContext) -> i32 {
     if armed() && tgid != cfg.tracer_tgid && (owns_target_mm || is_listed_target(tgid)) {
         add_lifetime(task, cfg);
         // The thread locks nothing more: what its last lock operation left is aggregated now.
-        pending::flush_thread(&StateKey {
+        pending::pending_flush(&StateKey {
             tid: bpf_get_current_pid_tgid() as u32,
             _pad: 0,
             mm,

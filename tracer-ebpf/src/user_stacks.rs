@@ -16,7 +16,7 @@ use tracer_common::{
 };
 
 use crate::{
-    context::LockContext,
+    context::{BtfRegs, ClassicRegs, Regs},
     maps::{config, count},
     target::Locker,
 };
@@ -75,13 +75,9 @@ impl EventShare {
 /// picks it for stacks and a copy anyway (one in `user_stack_sample`, per CPU), so that the
 /// common short paths are unwound too.
 #[inline(always)]
-pub fn sample_at_start(locker: &Locker, st: &mut LockState) -> bool {
+pub fn sample_at_start(locker: &Locker) -> bool {
     let cfg = config();
-    if cfg.user_stack_copies.bytes == 0 || locker.outside_pid != 0 || !sampled(cfg) {
-        return false;
-    }
-    st.user_copy_sampled = 1;
-    true
+    cfg.user_stack_copies.bytes != 0 && locker.outside_pid == 0 && sampled(cfg)
 }
 
 /// At start_locking of an operation whose stacks were walked (it is expected to wait or hold
@@ -89,12 +85,12 @@ pub fn sample_at_start(locker: &Locker, st: &mut LockState) -> bool {
 /// taken. The user stack does not change while the thread is in the kernel, so the wait and
 /// the hold that follow use this copy, and no waiter pays for it inside the critical section.
 #[inline(always)]
-pub fn copy_at_start<C: LockContext>(ctx: &C, locker: &Locker, st: &mut LockState, now: u64) {
+pub fn copy_at_start<R: CopyUserStack>(locker: &Locker, st: &mut LockState, now: u64) {
     let cfg = config();
     if cfg.user_stack_copies.bytes == 0 || locker.outside_pid != 0 || !within_budget(cfg, now) {
         return;
     }
-    if send_copy(ctx, cfg, locker, now).is_some() {
+    if R::copy_user_stack(locker, now) {
         st.user_copy_id = now;
     } else {
         count(Counter::UserStackCopyDropped);
@@ -126,8 +122,7 @@ fn within_budget(cfg: &Config, now: u64) -> bool {
 /// that costs waiters, rare once the thread's history predicts its holds. Outside lockers are
 /// skipped: their stacks are in another process.
 #[inline(always)]
-pub fn send_event<C: LockContext>(
-    ctx: &C,
+pub fn send_event<R: CopyUserStack>(
     locker: &Locker,
     st: &mut LockState,
     key: &AggKey,
@@ -149,33 +144,36 @@ pub fn send_event<C: LockContext>(
         if !within_budget(cfg, now) {
             return;
         }
-        if send_copy(ctx, cfg, locker, now).is_none() {
+        if !R::copy_user_stack(locker, now) {
             count(Counter::UserStackCopyDropped);
             return;
         }
         st.user_copy_id = now;
         late_copy = true;
     }
-    let event = UserStackEvent {
-        record: USER_STACK_RECORD_EVENT,
-        tid: locker.tid,
-        copy_id: st.user_copy_id,
-        key: *key,
-        duration_ns: ns,
-        contended_ns: share.contended_ns,
-        runnable_ns: share.runnable_ns,
-        sleeping_ns: share.sleeping_ns,
-        uninterruptible_ns: share.uninterruptible_ns,
-        last_use: last_use as u8,
-        late_copy: late_copy as u8,
-        _pad: [0; 6],
-    };
-    if USER_STACKS
-        .output::<UserStackEvent>(&event, SUBMIT_FLAGS)
-        .is_err()
-    {
+    // Written in place in the ring: built on the stack, it added its size to the frame of the
+    // lock programs' deepest chain of calls, which 6.1's verifier holds to 512 bytes.
+    let Some(mut entry) = USER_STACKS.reserve::<UserStackEvent>(0) else {
         count(Counter::UserStackCopyDropped);
-    }
+        return;
+    };
+    unsafe {
+        entry.as_mut_ptr().write(UserStackEvent {
+            record: USER_STACK_RECORD_EVENT,
+            tid: locker.tid,
+            copy_id: st.user_copy_id,
+            key: *key,
+            duration_ns: ns,
+            contended_ns: share.contended_ns,
+            runnable_ns: share.runnable_ns,
+            sleeping_ns: share.sleeping_ns,
+            uninterruptible_ns: share.uninterruptible_ns,
+            last_use: last_use as u8,
+            late_copy: late_copy as u8,
+            _pad: [0; 6],
+        })
+    };
+    entry.submit(SUBMIT_FLAGS);
 }
 
 /// One in `user_stack_sample` calls, per CPU.
@@ -193,17 +191,50 @@ fn sampled(cfg: &Config) -> bool {
     true
 }
 
+/// The copy as a global function per kind of tracepoint, verified once: its page loop, inlined
+/// at each of its two call sites, was explored once per path of the lock programs.
+pub trait CopyUserStack {
+    /// Sends the copy of (`locker`'s thread, `now`); false when it could not.
+    fn copy_user_stack(locker: &Locker, now: u64) -> bool;
+}
+
+impl CopyUserStack for BtfRegs {
+    #[inline(always)]
+    fn copy_user_stack(locker: &Locker, now: u64) -> bool {
+        user_stack_copy_btf(locker.tid as u64, locker.pid as u64, now) != 0
+    }
+}
+
+impl CopyUserStack for ClassicRegs {
+    #[inline(always)]
+    fn copy_user_stack(locker: &Locker, now: u64) -> bool {
+        user_stack_copy_classic(locker.tid as u64, locker.pid as u64, now) != 0
+    }
+}
+
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn user_stack_copy_btf(tid: u64, pid: u64, now: u64) -> i32 {
+    send_copy::<BtfRegs>(config(), tid as u32, pid as u32, now).is_some() as i32
+}
+
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn user_stack_copy_classic(tid: u64, pid: u64, now: u64) -> i32 {
+    send_copy::<ClassicRegs>(config(), tid as u32, pid as u32, now).is_some() as i32
+}
+
 /// Sends the current thread's user registers and stack window, in the smaller record when the
 /// window fits it.
 #[inline(always)]
-fn send_copy<C: LockContext>(ctx: &C, cfg: &Config, locker: &Locker, now: u64) -> Option<()> {
-    let (ip, sp, bp) = user_registers(ctx, cfg)?;
+fn send_copy<R: Regs>(cfg: &Config, tid: u32, pid: u32, now: u64) -> Option<()> {
+    let (ip, sp, bp) = user_registers::<R>(cfg)?;
     let stack_start = sp & !(USER_STACK_PAGE as u64 - 1);
     let header = UserStackCopyHeader {
         record: USER_STACK_RECORD_COPY,
-        tid: locker.tid,
+        tid,
         copy_id: now,
-        pid: locker.pid,
+        pid,
         stack_len: 0,
         ip,
         sp,
@@ -230,8 +261,8 @@ fn send_pages<const PAGES: usize>(mut header: UserStackCopyHeader, wanted: u64) 
 
 /// The user ip, sp and bp saved when the current task entered the kernel.
 #[inline(always)]
-fn user_registers<C: LockContext>(ctx: &C, cfg: &Config) -> Option<(u64, u64, u64)> {
-    let regs = ctx.user_regs()? as *const u8;
+fn user_registers<R: Regs>(cfg: &Config) -> Option<(u64, u64, u64)> {
+    let regs = R::user_regs()? as *const u8;
     let read = |offset: u32| unsafe {
         bpf_probe_read_kernel(regs.wrapping_add(offset as usize) as *const u64)
     };

@@ -9,6 +9,7 @@ use aya::{
     Ebpf,
 };
 use std::collections::HashMap;
+use std::time::Instant;
 
 use tracer_common::{AggKey, AggValue, Config, LockState, LockTiming, ModeTotals, StateKey};
 
@@ -213,10 +214,11 @@ pub(super) fn load_btf(ebpf: &mut Ebpf, programs: &[&str; 3]) -> Result<()> {
     let btf = super::kernel_btf()?;
     for (name, event) in programs.iter().zip(LOCK_EVENTS) {
         let program = super::program::<BtfTracePoint>(ebpf, name)?;
+        let started = Instant::now();
         program
             .load(event, &btf)
             .map_err(|e| super::load_failed(e, &format!("loading {name}")))?;
-        super::log_verified(name, program.info());
+        super::log_verified(name, program.info(), started.elapsed());
     }
     Ok(())
 }
@@ -237,10 +239,11 @@ pub(super) fn attach_btf(ebpf: &mut Ebpf, programs: &[&str; 3]) -> Result<()> {
 pub(super) fn attach_classic(ebpf: &mut Ebpf, programs: &[&str; 3]) -> Result<()> {
     for name in programs {
         let program = super::program::<TracePoint>(ebpf, name)?;
+        let started = Instant::now();
         program
             .load()
             .map_err(|e| super::load_failed(e, &format!("loading {name}")))?;
-        super::log_verified(name, program.info());
+        super::log_verified(name, program.info(), started.elapsed());
     }
     for (name, tp) in programs.iter().zip(CLASSIC) {
         super::program::<TracePoint>(ebpf, name)?
