@@ -179,6 +179,54 @@ fn classic_tracepoints_time_the_known_hold() {
     assert_eq!(report["features"]["lock_tracepoints"], "classic");
 }
 
+/// The issue's budget of instructions the verifier may process per lock program, on every
+/// kernel the tests run on: a fifth of its limit of a million, so that a verifier that prunes
+/// less still takes them, and loading them keeps attaching under a second.
+const VERIFIER_BUDGET: u64 = 150_000;
+
+/// Every lock program, on both tracepoint paths, verifies within the budget on the running
+/// kernel (`-v` prints what the verifier processed for each, from bpf_prog_info).
+#[test]
+fn lock_programs_verify_within_the_instruction_budget() {
+    if !bpf_available("lock_programs_verify_within_the_instruction_budget") {
+        return;
+    }
+    let _serial = serial();
+    for extra in [&[][..], &["--classic-tracepoints"][..]] {
+        let mut idle = Command::new("sleep").arg("60").spawn().unwrap();
+        let out = Command::new(common::tracer())
+            .args(["-p", &idle.id().to_string(), "-d", "0.2", "-v"])
+            .args(extra)
+            .output()
+            .unwrap();
+        let _ = idle.kill();
+        let _ = idle.wait();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{extra:?}: {stderr}");
+        let counts: Vec<(&str, u64)> = stderr.lines().filter_map(verified_count).collect();
+        assert_eq!(
+            counts.len(),
+            3,
+            "{extra:?}: one count per lock program:\n{stderr}"
+        );
+        for (program, processed) in counts {
+            assert!(
+                processed <= VERIFIER_BUDGET,
+                "{program}: the verifier processed {processed} instructions, over the budget \
+                 of {VERIFIER_BUDGET}"
+            );
+        }
+    }
+}
+
+/// (program, instructions) from `-v`'s "NAME: the verifier processed N instructions" line.
+fn verified_count(line: &str) -> Option<(&str, u64)> {
+    let (head, tail) = line.split_once(": the verifier processed ")?;
+    let program = head.rsplit(' ').next()?;
+    let count = tail.split(' ').next()?.parse().ok()?;
+    Some((program, count))
+}
+
 /// --lean keeps each thread's timing at index tid % LEAN_THREAD_SLOTS. A reader whose thread
 /// id shares the mprotect caller's index waits behind each mprotect while the caller holds the
 /// lock: neither may take the other's timing (the one that comes second keeps its own in the
