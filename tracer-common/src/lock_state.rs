@@ -177,6 +177,29 @@ impl LockTiming {
             && now.wrapping_sub(self.miss_ns) <= MISS_CONTINUATION_NS
     }
 
+    /// When the wait or hold that `event` would end began, without stepping: the programs ask
+    /// before the step whether the duration it will produce is long enough to want stacks.
+    /// Agrees with `step` (a test holds it to it): a successful acquire ends the wait in its
+    /// mode, or downgrades a write hold; a release ends the hold in its mode.
+    #[inline(always)]
+    pub fn ending_began(&self, event: LockEvent) -> Option<u64> {
+        match event {
+            LockEvent::StartLocking { .. } => None,
+            LockEvent::AcquireReturned { mode, success, .. } => {
+                if !success {
+                    None
+                } else if self.wait_start_ns != 0 {
+                    (self.wait_mode == mode).then_some(self.wait_start_ns)
+                } else if mode == MODE_READ && self.holds(MODE_WRITE) {
+                    Some(self.hold_start_ns)
+                } else {
+                    None
+                }
+            }
+            LockEvent::Released { mode } => self.holds(mode).then_some(self.hold_start_ns),
+        }
+    }
+
     #[inline(always)]
     fn start_locking<H: TimingHooks>(&mut self, mode: u8, now: u64, hooks: &mut H) -> Effects {
         let mut fx = Effects::default();
@@ -668,6 +691,48 @@ mod tests {
             out[i] = s.step(*e, *t);
         }
         (s, out)
+    }
+
+    /// `ending_began` says, before each step, exactly when the wait or hold that the step ends
+    /// began, over every event from every state that sequences of up to four events reach.
+    #[test]
+    fn ending_began_agrees_with_step() {
+        extern crate std;
+        use std::{vec, vec::Vec};
+        let events = [
+            StartLocking { mode: R },
+            StartLocking { mode: W },
+            acquired(R),
+            acquired(W),
+            missed(R),
+            missed(W),
+            AcquireReturned {
+                mode: W,
+                success: false,
+                fatal_signal: true,
+            },
+            Released { mode: R },
+            Released { mode: W },
+        ];
+        let mut states = vec![LockTiming::ZERO];
+        let mut checked = 0;
+        for _ in 0..4 {
+            let mut next = Vec::new();
+            for state in &states {
+                for event in &events {
+                    let now = 1_000 * (1 + checked);
+                    let mut stepped = *state;
+                    let predicted = state.ending_began(*event);
+                    let fx = stepped.step(*event, now, &mut ());
+                    let ended = fx.wait.or(fx.hold).map(|(_, ns)| now - ns);
+                    assert_eq!(predicted, ended, "{state:?} then {event:?}: {fx:?}");
+                    checked += 1;
+                    next.push(stepped);
+                }
+            }
+            states = next;
+        }
+        assert!(checked > 6_000, "{checked}");
     }
 
     /// Which hooks one step called: (operation_begins, wait_ends, hold_begins).

@@ -66,25 +66,22 @@ fn holders_of(locker: &Locker, mm: u64) -> Option<&'static mut Holders> {
     HOLDERS.get_ptr_mut(&mm).map(|h| unsafe { &mut *h })
 }
 
-/// A wait begins: fills `out` with the holders it waits behind (marking them as blocking), and queues a
-/// writer so that readers arriving after it are charged to it too.
+/// A wait begins: fills `out` with the holders it waits behind (marking them as blocking), and
+/// queues a writer so that readers arriving after it are charged to it too.
 #[inline(always)]
 pub fn begin_wait(locker: &Locker, mm: u64, write: bool, out: &mut Blockers) {
-    let who =
-        locker.slot as u64 | (locker.tid as u64) << TID_SHIFT | (write as u64) << NOW_WRITE_SHIFT;
-    blockers_begin_wait(who, mm, out);
+    blockers_begin_wait(locker.pack(), mm, write as u64, out);
 }
 
-/// `begin_wait` as a global function, verified once: `who` packs the waiter's slot, thread and
-/// mode as for `blockers_track`.
+/// `begin_wait` as a global function, verified once; `who` is `Locker::pack`ed.
 #[unsafe(no_mangle)]
 #[inline(never)]
-pub extern "C" fn blockers_begin_wait(who: u64, mm: u64, out: *mut Blockers) -> i32 {
+pub extern "C" fn blockers_begin_wait(who: i64, mm: u64, write: u64, out: *mut Blockers) -> i32 {
     let Some(out) = (unsafe { out.as_mut() }) else {
         return 0;
     };
-    let locker = unpack_who(who);
-    let write = who >> NOW_WRITE_SHIFT & 1 != 0;
+    let locker = Locker::unpack(who);
+    let write = write != 0;
     let Some(holders) = holders_of(&locker, mm) else {
         out.count = 0;
         out.write_mask = 0;
@@ -95,18 +92,6 @@ pub extern "C" fn blockers_begin_wait(who: u64, mm: u64, out: *mut Blockers) -> 
         holders.queue_writer(locker.tid);
     }
     0
-}
-
-/// The slot and thread of a packed `who`.
-#[inline(always)]
-fn unpack_who(who: u64) -> Locker {
-    let slot = (who & 0xff) as usize;
-    Locker {
-        pid: 0,
-        tid: (who >> TID_SHIFT) as u32,
-        outside_pid: 0,
-        slot: if slot > NO_SLOT { NO_SLOT } else { slot },
-    }
 }
 
 /// A writer's wait ended without the lock (interrupted, or a failed trylock).
@@ -131,42 +116,42 @@ pub fn track_holders(
     if now_since == held_since {
         return EndedHold::default();
     }
-    let who = locker.slot as u64
-        | (locker.tid as u64) << TID_SHIFT
-        | ((held_mode == MODE_WRITE) as u64) << HELD_WRITE_SHIFT
-        | ((st.timing.hold_mode == MODE_WRITE) as u64) << NOW_WRITE_SHIFT;
-    let blocking_since = blockers_track(who, mm, held_since, now_since);
+    let modes =
+        (held_mode == MODE_WRITE) as u64 | ((st.timing.hold_mode == MODE_WRITE) as u64) << 1;
+    let blocking_since = blockers_track(locker.pack(), mm, held_since, now_since, modes);
     EndedHold {
         blocked: blocking_since > 0,
         hold_start_ns: blocking_since as u64,
     }
 }
 
-const TID_SHIFT: u32 = 8;
-const HELD_WRITE_SHIFT: u32 = 40;
-const NOW_WRITE_SHIFT: u32 = 41;
-
 /// `track_holders` as a global function, verified once (its loops over the reader slots,
-/// inlined, multiplied every path after them): `who` packs the locker's slot and thread and
-/// the two holds' modes (a global function takes at most five scalars). Returns when the
-/// ended hold began if it blocked someone, else 0.
+/// inlined, multiplied every path after them): `who` is `Locker::pack`ed; `modes` has bit 0
+/// set when the ended hold was a write, bit 1 when the new one is. Returns when the ended hold
+/// began if it blocked someone, else 0.
 #[unsafe(no_mangle)]
 #[inline(never)]
-pub extern "C" fn blockers_track(who: u64, mm: u64, held_since: u64, now_since: u64) -> i64 {
-    let locker = unpack_who(who);
+pub extern "C" fn blockers_track(
+    who: i64,
+    mm: u64,
+    held_since: u64,
+    now_since: u64,
+    modes: u64,
+) -> i64 {
+    let locker = Locker::unpack(who);
     let Some(holders) = holders_of(&locker, mm) else {
         return 0;
     };
     let tid = locker.tid;
     let mut blocking_since = 0;
     if held_since != 0 {
-        if let Some(hold) = holders.remove(who >> HELD_WRITE_SHIFT & 1 != 0, tid) {
+        if let Some(hold) = holders.remove(modes & 1 != 0, tid) {
             if hold.blocked != 0 {
                 blocking_since = hold.hold_start_ns as i64;
             }
         }
     }
-    if now_since != 0 && !holders.add(who >> NOW_WRITE_SHIFT & 1 != 0, tid, now_since) {
+    if now_since != 0 && !holders.add(modes & 2 != 0, tid, now_since) {
         count(Counter::ReaderOverflow);
     }
     blocking_since

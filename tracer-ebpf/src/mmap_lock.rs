@@ -7,7 +7,7 @@
 
 use aya_ebpf::{
     bindings::BPF_F_USER_STACK,
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    helpers::bpf_ktime_get_ns,
     macros::btf_tracepoint,
     programs::{tracing::StackIdContext, BtfTracePointContext, TracePointContext},
 };
@@ -71,9 +71,10 @@ pub struct LockCall {
     pub kernel_stack: i32,
     pub user_stack: i32,
     pub walked: u32,
-    /// What the first call found or drew that the second must not find or draw again: the
-    /// thread's state was created by it; the sampler picked this operation.
+    /// The thread's state was created for this hit (its first event since the tracer attached,
+    /// or since its entry was evicted), by the program.
     pub first_seen: u32,
+    /// The sampler picked this operation, in the first call: the second must not draw again.
     pub sampled: u32,
     pub _pad: u32,
     /// The locker, `Locker::pack`ed.
@@ -131,7 +132,7 @@ pub trait Family: Regs + CopyUserStack {
 }
 
 macro_rules! event_functions {
-    ($regs:ty, $start:ident, $acquire:ident, $release:ident, $wait:ident, $hold:ident) => {
+    ($regs:ty, [$start:ident, $acquire:ident, $release:ident], $wait:ident, $hold:ident) => {
         impl Family for $regs {
             #[inline(always)]
             fn event<const HOOK: u32>(st: *mut LockState, call: &mut LockCall) -> i32 {
@@ -153,66 +154,51 @@ macro_rules! event_functions {
             }
         }
 
+        event_functions!(@step $regs, $start, Hook::StartLocking);
+        event_functions!(@step $regs, $acquire, Hook::AcquireReturned);
+        event_functions!(@step $regs, $release, Hook::Released);
+        event_functions!(@ended $regs, $wait, wait_ended);
+        event_functions!(@ended $regs, $hold, hold_ended);
+    };
+    (@step $regs:ty, $name:ident, $hook:expr) => {
         #[unsafe(no_mangle)]
         #[inline(never)]
-        pub extern "C" fn $wait(st: *mut LockState, end: *const Ended) -> i32 {
+        pub extern "C" fn $name(st: *mut LockState, call: *mut LockCall) -> i32 {
+            match unsafe { (st.as_mut(), call.as_mut()) } {
+                (Some(st), Some(call)) => on_lock_event::<$regs>(st, call, $hook),
+                _ => DONE,
+            }
+        }
+    };
+    (@ended $regs:ty, $name:ident, $record:ident) => {
+        #[unsafe(no_mangle)]
+        #[inline(never)]
+        pub extern "C" fn $name(st: *mut LockState, end: *const Ended) -> i32 {
             if let (Some(st), Some(end)) = unsafe { (st.as_mut(), end.as_ref()) } {
-                wait_ended::<$regs>(st, end);
+                $record::<$regs>(st, end);
             }
             0
-        }
-
-        #[unsafe(no_mangle)]
-        #[inline(never)]
-        pub extern "C" fn $hold(st: *mut LockState, end: *const Ended) -> i32 {
-            if let (Some(st), Some(end)) = unsafe { (st.as_mut(), end.as_ref()) } {
-                hold_ended::<$regs>(st, end);
-            }
-            0
-        }
-
-        #[unsafe(no_mangle)]
-        #[inline(never)]
-        pub extern "C" fn $start(st: *mut LockState, call: *mut LockCall) -> i32 {
-            match unsafe { (st.as_mut(), call.as_mut()) } {
-                (Some(st), Some(call)) => on_lock_event::<$regs>(st, call, Hook::StartLocking),
-                _ => DONE,
-            }
-        }
-
-        #[unsafe(no_mangle)]
-        #[inline(never)]
-        pub extern "C" fn $acquire(st: *mut LockState, call: *mut LockCall) -> i32 {
-            match unsafe { (st.as_mut(), call.as_mut()) } {
-                (Some(st), Some(call)) => on_lock_event::<$regs>(st, call, Hook::AcquireReturned),
-                _ => DONE,
-            }
-        }
-
-        #[unsafe(no_mangle)]
-        #[inline(never)]
-        pub extern "C" fn $release(st: *mut LockState, call: *mut LockCall) -> i32 {
-            match unsafe { (st.as_mut(), call.as_mut()) } {
-                (Some(st), Some(call)) => on_lock_event::<$regs>(st, call, Hook::Released),
-                _ => DONE,
-            }
         }
     };
 }
 
 event_functions!(
     BtfRegs,
-    mmap_lock_start_btf,
-    mmap_lock_acquire_btf,
-    mmap_lock_release_btf,
+    [
+        mmap_lock_start_btf,
+        mmap_lock_acquire_btf,
+        mmap_lock_release_btf
+    ],
     mmap_lock_wait_ended_btf,
     mmap_lock_hold_ended_btf
 );
 event_functions!(
     ClassicRegs,
-    mmap_lock_start_classic,
-    mmap_lock_acquire_classic,
-    mmap_lock_release_classic,
+    [
+        mmap_lock_start_classic,
+        mmap_lock_acquire_classic,
+        mmap_lock_release_classic
+    ],
     mmap_lock_wait_ended_classic,
     mmap_lock_hold_ended_classic
 );
@@ -297,9 +283,6 @@ fn classic<const HOOK: u32>(ctx: &TracePointContext) {
 /// another: 6.1's verifier holds the frames of the deepest chain of calls to 512 bytes.
 #[inline(always)]
 fn run<F: Family, C: StackIdContext, const HOOK: u32>(ctx: &C, call: &mut LockCall) {
-    if HOOK == HOOK_START {
-        flush_before_start(call.mm);
-    }
     let Some(locker) = classified(&call.mm) else {
         return;
     };
@@ -319,6 +302,11 @@ fn run<F: Family, C: StackIdContext, const HOOK: u32>(ctx: &C, call: &mut LockCa
         count(Counter::StateMapFull);
         return;
     };
+    if HOOK == HOOK_START && config().attribution != 0 {
+        // A thread about to wait for the lock is outside it: the aggregation its last
+        // operation on the mm left (see `pending`) is done now, before the wait is timed.
+        pending::pending_flush(state);
+    }
     call.who = locker.pack();
     call.first_seen = created as u32;
     let mut done = F::event::<HOOK>(state, call);
@@ -355,20 +343,6 @@ fn hook_of(hook: u32) -> Hook {
         HOOK_START => Hook::StartLocking,
         HOOK_ACQUIRE => Hook::AcquireReturned,
         _ => Hook::Released,
-    }
-}
-
-/// A thread about to wait for the lock is outside it: the aggregation its last operation on the
-/// mm left (see `pending`) is done now, before the wait is timed, and before the target
-/// filter: it finds the state with a lookup of its own.
-#[inline(always)]
-fn flush_before_start(mm: u64) {
-    if config().attribution != 0 && armed() {
-        pending::pending_flush(&StateKey {
-            tid: bpf_get_current_pid_tgid() as u32,
-            _pad: 0,
-            mm,
-        });
     }
 }
 
@@ -465,7 +439,7 @@ fn on_lock_event<R: Family>(st: &mut LockState, call: &mut LockCall, hook: Hook)
     let wants_stacks = if is_start {
         plan.expected_long
     } else {
-        ends_past_late_threshold(st, &args, now)
+        ends_past_late_threshold(st, event, now)
     };
     if wants_stacks && call.walked == 0 {
         return WANTS_STACKS;
@@ -557,7 +531,7 @@ impl WaitPlan {
 /// busy lock most waits behind a holder last microseconds. A sample of the other operations
 /// gets its stacks too (`user_copy_sampled` keeps them whatever their length), so that the
 /// common short paths are named; the sampler draws once, in the first call. The thread's last
-/// wait, which the blockers served, was aggregated by `flush_before_start`.
+/// wait, which the blockers served, was aggregated by `pending_flush` before this call.
 #[inline(always)]
 fn plan_wait(
     locker: &Locker,
@@ -618,31 +592,12 @@ fn begin_attributed_wait<R: CopyUserStack>(
 /// Whether this acquire or release ends a wait or hold that `agg_key` will want stacks for and
 /// that has none from its start_locking: one past the late threshold.
 #[inline(always)]
-fn ends_past_late_threshold(st: &LockState, args: &LockArgs, now: u64) -> bool {
-    if st.start_kernel_stack != NO_STACK {
-        return false;
-    }
-    let t = &st.timing;
-    let mode = decode_mode(args);
-    let began = match args.hook {
-        Hook::AcquireReturned if t.wait_start_ns != 0 => {
-            if t.wait_mode == mode && args.success {
-                t.wait_start_ns
-            } else {
-                0
-            }
-        }
-        Hook::AcquireReturned if args.success && mode == MODE_READ && t.hold_start_ns != 0 => {
-            if t.hold_mode == MODE_WRITE {
-                t.hold_start_ns
-            } else {
-                0
-            }
-        }
-        Hook::Released if t.hold_start_ns != 0 && t.hold_mode == mode => t.hold_start_ns,
-        _ => 0,
-    };
-    began != 0 && now.wrapping_sub(began) >= config().late_stack_threshold_ns
+fn ends_past_late_threshold(st: &LockState, event: LockEvent, now: u64) -> bool {
+    st.start_kernel_stack == NO_STACK
+        && st
+            .timing
+            .ending_began(event)
+            .is_some_and(|began| now.wrapping_sub(began) >= config().late_stack_threshold_ns)
 }
 
 /// The state machine's view of one hit.
@@ -719,40 +674,36 @@ fn apply(
     if fx.downgraded {
         add_totals(outside, MODE_WRITE, |t| t.downgrades += 1);
     }
-    // In a per-CPU scratch value rather than on the stack: this frame and the one of the
-    // function it calls are on the deepest chain, which 6.1's verifier holds to 512 bytes. The
-    // lock programs run in process context without preemption: nothing else on this CPU uses
-    // the value until they return.
+    // A wait and a hold never end at once (a downgrade ends a hold without a wait).
+    let (done, (mode, ns)) = match (fx.wait, fx.hold) {
+        (Some(wait), _) => (WAIT_ENDED, wait),
+        (None, Some(hold)) => (HOLD_ENDED, hold),
+        (None, None) => return DONE,
+    };
+    // In a per-CPU scratch value rather than on the stack: the frames of the program and of
+    // the function that records it together stay within 6.1's 512 bytes. The lock programs run
+    // in process context without preemption: nothing else on this CPU uses the value until
+    // they return.
     let Some(end) = ENDED.get_ptr_mut(0) else {
         return DONE;
     };
     let end = unsafe { &mut *end };
     *end = Ended {
         who: locker.pack(),
-        ns: 0,
+        ns,
         contended_ns: fx.wait_contended_ns,
         hold_start_ns: ended.hold_start_ns,
         off: fx.hold_offcpu,
         late_stacks: [late_stacks.0, late_stacks.1],
-        mode: 0,
+        mode,
         syscall: reason.syscall,
         fault: reason.fault,
         blocked: ended.blocked as u8,
-        last_use: (fx.hold.is_none() && st.timing.hold_start_ns == 0) as u8,
+        // A downgrade ends the write hold and begins a read hold: the copy serves that too.
+        last_use: (st.timing.hold_start_ns == 0) as u8,
         _pad: [0; 3],
     };
-    // A wait and a hold never end at once (a downgrade ends a hold without a wait).
-    if let Some((mode, ns)) = fx.wait {
-        (end.mode, end.ns) = (mode, ns);
-        return WAIT_ENDED;
-    }
-    if let Some((mode, ns)) = fx.hold {
-        (end.mode, end.ns) = (mode, ns);
-        // A downgrade ends the write hold and begins a read hold: the copy serves that too.
-        end.last_use = (st.timing.hold_start_ns == 0) as u8;
-        return HOLD_ENDED;
-    }
-    DONE
+    done
 }
 
 /// Slot 0: the wait or hold `apply` hands to the global function that records it.

@@ -12,7 +12,7 @@ use tracer_common::{AggKey, LockState, OffCpu, PendingAgg};
 
 use crate::{
     blockers,
-    maps::{add_duration, atomic_add, config, on_stack, LOCK_STATE},
+    maps::{add_duration, atomic_add, config, LOCK_STATE},
     mmap_lock::agg_value,
 };
 
@@ -78,22 +78,27 @@ pub fn flush(st: &mut LockState) {
     }
 }
 
-/// `flush` for the state of (`tid`, `mm`), if it has one: a global function, verified once
-/// apart from the program that calls it.
+/// `flush` as a global function, verified once apart from the program that calls it, for a
+/// state the caller found (a lock program, before a new wait).
 #[unsafe(no_mangle)]
 #[inline(never)]
-pub extern "C" fn pending_flush(key: *const tracer_common::StateKey) -> i32 {
-    let Some(key) = (unsafe { key.as_ref() }) else {
-        return 0;
-    };
-    if let Some(st) = LOCK_STATE.get_ptr_mut(&on_stack(key)) {
-        flush(unsafe { &mut *st });
+pub extern "C" fn pending_flush(st: *mut LockState) -> i32 {
+    if let Some(st) = unsafe { st.as_mut() } {
+        flush(st);
     }
     0
 }
 
+/// `flush` for the state of `key`, if it has one (an exiting thread).
+#[inline(always)]
+pub fn flush_thread(key: &tracer_common::StateKey) {
+    if let Some(st) = LOCK_STATE.get_ptr_mut(key) {
+        pending_flush(st);
+    }
+}
+
 /// Reads the pending wait in place: a copy of it compiled to a call to memcpy, one more
-/// frame on the chain start_locking -> flush_thread -> flush_wait, and 6.1's verifier
+/// frame on the chain start_locking -> pending_flush -> flush_wait, and 6.1's verifier
 /// (without the private stacks of 6.14) refuses a chain over 512 bytes, each frame counted
 /// as at least 32.
 #[inline(never)]

@@ -454,7 +454,7 @@ pub fn sched_process_exit(_ctx: BtfTracePointContext) -> i32 {
     if armed() && tgid != cfg.tracer_tgid && (owns_target_mm || is_listed_target(tgid)) {
         add_lifetime(task, cfg);
         // The thread locks nothing more: what its last lock operation left is aggregated now.
-        pending::pending_flush(&StateKey {
+        pending::flush_thread(&StateKey {
             tid: bpf_get_current_pid_tgid() as u32,
             _pad: 0,
             mm,
