@@ -70,19 +70,23 @@ fn holders_of(locker: &Locker, mm: u64) -> Option<&'static mut Holders> {
 /// queues a writer so that readers arriving after it are charged to it too.
 #[inline(always)]
 pub fn begin_wait(locker: &Locker, mm: u64, write: bool, out: &mut Blockers) {
-    blockers_begin_wait(locker.pack(), mm, write as u64, out);
+    blockers_begin_wait(locker, mm, write as u64, out);
 }
 
-/// `begin_wait` as a global function, verified once; `who` is `Locker::pack`ed.
+/// `begin_wait` as a global function, verified once.
 #[unsafe(no_mangle)]
 #[inline(never)]
-pub extern "C" fn blockers_begin_wait(who: i64, mm: u64, write: u64, out: *mut Blockers) -> i32 {
-    let Some(out) = (unsafe { out.as_mut() }) else {
+pub extern "C" fn blockers_begin_wait(
+    locker: *const Locker,
+    mm: u64,
+    write: u64,
+    out: *mut Blockers,
+) -> i32 {
+    let (Some(locker), Some(out)) = (unsafe { (locker.as_ref(), out.as_mut()) }) else {
         return 0;
     };
-    let locker = Locker::unpack(who);
     let write = write != 0;
-    let Some(holders) = holders_of(&locker, mm) else {
+    let Some(holders) = holders_of(locker, mm) else {
         out.count = 0;
         out.write_mask = 0;
         return 0;
@@ -118,7 +122,7 @@ pub fn track_holders(
     }
     let modes =
         (held_mode == MODE_WRITE) as u64 | ((st.timing.hold_mode == MODE_WRITE) as u64) << 1;
-    let blocking_since = blockers_track(locker.pack(), mm, held_since, now_since, modes);
+    let blocking_since = blockers_track(locker, mm, held_since, now_since, modes);
     EndedHold {
         blocked: blocking_since > 0,
         hold_start_ns: blocking_since as u64,
@@ -126,20 +130,22 @@ pub fn track_holders(
 }
 
 /// `track_holders` as a global function, verified once (its loops over the reader slots,
-/// inlined, multiplied every path after them): `who` is `Locker::pack`ed; `modes` has bit 0
-/// set when the ended hold was a write, bit 1 when the new one is. Returns when the ended hold
-/// began if it blocked someone, else 0.
+/// inlined, multiplied every path after them): `modes` has bit 0 set when the ended hold was
+/// a write, bit 1 when the new one is. Returns when the ended hold began if it blocked
+/// someone, else 0.
 #[unsafe(no_mangle)]
 #[inline(never)]
 pub extern "C" fn blockers_track(
-    who: i64,
+    locker: *const Locker,
     mm: u64,
     held_since: u64,
     now_since: u64,
     modes: u64,
 ) -> i64 {
-    let locker = Locker::unpack(who);
-    let Some(holders) = holders_of(&locker, mm) else {
+    let Some(locker) = (unsafe { locker.as_ref() }) else {
+        return 0;
+    };
+    let Some(holders) = holders_of(locker, mm) else {
         return 0;
     };
     let tid = locker.tid;

@@ -77,8 +77,8 @@ pub struct LockCall {
     /// The sampler picked this operation, in the first call: the second must not draw again.
     pub sampled: u32,
     pub _pad: u32,
-    /// The locker, `Locker::pack`ed.
-    pub who: i64,
+    /// Who locks, as the target filter found it.
+    pub locker: Locker,
 }
 
 const HOOK_START: u32 = 0;
@@ -94,6 +94,13 @@ const HOLD_ENDED: i32 = 4;
 impl LockCall {
     #[inline(always)]
     fn new(mm: u64, write: bool, success: bool) -> Self {
+        const NOBODY: Locker = Locker {
+            pid: 0,
+            tid: 0,
+            outside_pid: 0,
+            _pad: 0,
+            slot: NO_SLOT,
+        };
         LockCall {
             mm,
             write: write as u32,
@@ -104,7 +111,7 @@ impl LockCall {
             first_seen: 0,
             sampled: 0,
             _pad: 0,
-            who: 0,
+            locker: NOBODY,
         }
     }
 
@@ -307,7 +314,7 @@ fn run<F: Family, C: StackIdContext, const HOOK: u32>(ctx: &C, call: &mut LockCa
         // operation on the mm left (see `pending`) is done now, before the wait is timed.
         pending::pending_flush(state);
     }
-    call.who = locker.pack();
+    call.locker = locker;
     call.first_seen = created as u32;
     let mut done = F::event::<HOOK>(state, call);
     if done == WANTS_STACKS {
@@ -416,7 +423,7 @@ fn on_lock_event<R: Family>(st: &mut LockState, call: &mut LockCall, hook: Hook)
     let args = call.args(hook);
     let cfg = config();
     let mm = args.mm;
-    let locker = Locker::unpack(call.who);
+    let locker = call.locker;
     let event = decode(&args);
     let first_seen = call.first_seen != 0;
     let is_start = matches!(event, LockEvent::StartLocking { .. });
@@ -689,7 +696,7 @@ fn apply(
     };
     let end = unsafe { &mut *end };
     *end = Ended {
-        who: locker.pack(),
+        locker: *locker,
         ns,
         contended_ns: fx.wait_contended_ns,
         hold_start_ns: ended.hold_start_ns,
@@ -714,8 +721,7 @@ static ENDED: PerCpuArray<Ended> = PerCpuArray::with_max_entries(1, 0);
 /// (at most five scalars or pointers: the rest in memory).
 #[repr(C)]
 pub struct Ended {
-    /// `Locker::pack`.
-    pub who: i64,
+    pub locker: Locker,
     pub ns: u64,
     /// A wait: the part asleep in the rwsem slow path.
     pub contended_ns: u64,
@@ -738,7 +744,7 @@ pub struct Ended {
 /// aggregation left pending until the thread is outside the lock.
 #[inline(always)]
 fn wait_ended<R: CopyUserStack>(st: &mut LockState, end: &Ended) {
-    let locker = Locker::unpack(end.who);
+    let locker = end.locker;
     let (mode, ns) = (end.mode, end.ns);
     let reason = end.reason();
     add_totals(locker.outside_pid != 0, mode, |t| t.add_wait(ns));
@@ -755,7 +761,7 @@ fn wait_ended<R: CopyUserStack>(st: &mut LockState, end: &Ended) {
 /// someone, its record for its waiters.
 #[inline(always)]
 fn hold_ended<R: CopyUserStack>(st: &mut LockState, end: &Ended) {
-    let locker = Locker::unpack(end.who);
+    let locker = end.locker;
     let (mode, ns) = (end.mode, end.ns);
     let reason = end.reason();
     add_totals(locker.outside_pid != 0, mode, |t| t.add_hold(ns));
