@@ -41,10 +41,13 @@ pub(super) const FAMILY: Family = Family {
     },
     read,
     // AGG, TOTALS and LOCK_STATE, which it reads, are the core's (named in probes/mod.rs):
-    // every family's programs write them.
-    maps: &[],
+    // every family's programs write them. ENDED is the programs' own scratch, never read.
+    maps: &[ENDED],
     programs: &PROGRAMS,
 };
+
+/// Per-CPU scratch between the lock programs' global functions (the wait or hold that ended).
+const ENDED: &str = "ENDED";
 
 // The programs, each set in the order of the three events (start_locking, acquire_returned,
 // released).
