@@ -307,19 +307,23 @@ fn outside_reader_asleep_on_io_while_holding() {
         return;
     }
     let _serial = serial();
-    // The target's mapping must outlive the reader's four rounds of reading it from disk
-    // (under emulation those take several times as long: read past the target's end, the
-    // mapping is gone and /proc/PID/mem answers EIO).
-    let seconds = (5 * common::slowdown()).to_string();
-    let mut target = common::Workload::spawn(&[
-        "filemap",
-        "--file-size",
-        "128M",
-        "--threads",
-        "2",
-        "--seconds",
-        &seconds,
-    ]);
+    // The target keeps its mapping, and its threads keep churning, until its standard input
+    // closes: reading 128 MiB from disk four times takes as long as the machine's disk makes
+    // it, and a reader that outlived the mapping would get EIO from /proc/PID/mem.
+    let mut command = std::process::Command::new(common::workload_path());
+    command
+        .args([
+            "--wait-signal",
+            "filemap",
+            "--file-size",
+            "128M",
+            "--threads",
+            "2",
+            "--until-stdin-closes",
+        ])
+        .stdin(std::process::Stdio::piped());
+    let mut target = common::Workload::spawn_command(command);
+    let target_stdin = target.child.stdin.take().expect("piped stdin");
     let mapped = target.read_line();
     let field = |key: &str| {
         mapped
@@ -364,6 +368,7 @@ fn outside_reader_asleep_on_io_while_holding() {
         .unwrap()
         .parse()
         .unwrap();
+    drop(target_stdin);
     target.finish();
     let result = tracer.finish();
     assert!(result.status.success(), "{}", result.stderr);
