@@ -255,11 +255,6 @@ pub struct FilemapArgs {
     #[arg(long, value_name = "SECS", default_value = "5", value_parser = parse_seconds)]
     pub seconds: Duration,
 
-    /// Churn, and keep the file mapped, until standard input closes instead of for --seconds:
-    /// the mapping then outlives a reader however slow its disk is.
-    #[arg(long, conflicts_with = "seconds")]
-    pub until_stdin_closes: bool,
-
     /// Size of each churned mapping (binary suffixes allowed).
     #[arg(long, value_name = "BYTES", default_value = "1M", value_parser = parse_size)]
     pub map_size: usize,
@@ -636,16 +631,6 @@ mod tests {
         );
         assert_eq!(args.dir, PathBuf::from("/var/tmp"));
 
-        assert!(!args.until_stdin_closes);
-        let Mode::Filemap(args) = parse(&["filemap", "--until-stdin-closes"])
-            .expect("parses")
-            .mode
-        else {
-            panic!("expected filemap");
-        };
-        assert!(args.until_stdin_closes);
-
-        assert!(parse(&["filemap", "--until-stdin-closes", "--seconds", "1"]).is_err());
         assert!(parse(&["filemap", "--threads", "0"]).is_err());
         assert!(parse(&["filemap", "--map-size", "0"]).is_err());
     }

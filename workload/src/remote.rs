@@ -14,9 +14,8 @@ use std::io::{self, Write};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
@@ -46,15 +45,8 @@ pub fn run_filemap(args: &FilemapArgs, start: Start, out: &mut dyn Write) -> Res
     )?;
     start.begin(out)?;
     let started = Instant::now();
-    let stop = Arc::new(AtomicBool::new(false));
-    let deadline = if args.until_stdin_closes {
-        stop_when_stdin_closes(Arc::clone(&stop))?;
-        started + UNTIL_STOPPED
-    } else {
-        started + args.seconds
-    };
-    let job = ChurnJob::anonymous_until(args.map_size, deadline)?;
-    let iterations = run_mappers(job, args.threads, &stop)?;
+    let job = ChurnJob::anonymous_until(args.map_size, started + args.seconds)?;
+    let iterations = run_mappers(job, args.threads)?;
     emit(
         out,
         format_args!(
@@ -63,23 +55,6 @@ pub fn run_filemap(args: &FilemapArgs, start: Start, out: &mut dyn Write) -> Res
         ),
     )?;
     memory::unmap_region(mapping)
-}
-
-/// A deadline that only a stop reaches first.
-const UNTIL_STOPPED: Duration = Duration::from_secs(365 * 24 * 3600);
-
-/// Sets `stop` once standard input reaches its end (the test closing its pipe, or the test
-/// itself dying), from a thread of its own.
-fn stop_when_stdin_closes(stop: Arc<AtomicBool>) -> Result<()> {
-    thread::Builder::new()
-        .name("stdin-watch".into())
-        .spawn(move || {
-            // Whatever arrives is ignored; an error ends the wait as the end of input does.
-            let _ = io::copy(&mut io::stdin().lock(), &mut io::sink());
-            stop.store(true, Ordering::Relaxed);
-        })
-        .context("starting the standard-input watcher")?;
-    Ok(())
 }
 
 /// Creates the file and writes it back to disk, so that nothing dirty pins its pages: dropping
@@ -93,12 +68,14 @@ fn create_clean_file(dir: &Path, len: usize) -> Result<ScratchFile> {
     Ok(scratch)
 }
 
-/// Runs `threads` threads of anonymous map/touch/unmap to the job's deadline or `stop`;
-/// returns their total iterations.
-fn run_mappers(job: ChurnJob<'_>, threads: u32, stop: &AtomicBool) -> Result<u64> {
+/// Runs `threads` threads of anonymous map/touch/unmap to the job's deadline; returns their
+/// total iterations.
+fn run_mappers(job: ChurnJob<'_>, threads: u32) -> Result<u64> {
+    let stop = AtomicBool::new(false);
     thread::scope(|scope| {
         let mappers = (0..threads)
             .map(|index| {
+                let stop = &stop;
                 spawn_named(scope, format!("mapper-{index}"), move || {
                     churn::churn_worker(job, stop)
                 })
@@ -317,7 +294,6 @@ mod tests {
             dir: std::env::temp_dir(),
             threads: 1,
             seconds: Duration::ZERO,
-            until_stdin_closes: false,
             map_size: 64 * 1024,
         };
         let start = Start {

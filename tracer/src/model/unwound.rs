@@ -254,6 +254,9 @@ impl Unwound {
         for ((key, id), value) in &self.moved {
             by_key.entry(*key).or_default().push((*id, value));
         }
+        for moves in by_key.values_mut() {
+            keep_largest_parts(moves);
+        }
         let mut unwound: HashMap<AggKey, RawEntry> = HashMap::new();
         // Original key -> (key of its largest part, that part's total).
         let mut split_into: HashMap<AggKey, Parts> = HashMap::new();
@@ -316,6 +319,22 @@ impl Unwound {
         harvest.entries.extend(unwound.into_values());
         harvest.estimated_user_stacks.extend(estimated);
     }
+}
+
+/// Unwound stacks kept apart per entry; the events of the others stay in the entry and are
+/// shared among these as uncopied events are. The side tables pair a waiter's parts with its
+/// holders' parts, so without a bound thousands of threads whose copies end at different depths
+/// multiply into tens of millions of records (85 million, 8 GiB, seen with 2 001 threads).
+const MAX_UNWOUND_PARTS: usize = 16;
+
+/// A holder's unwound stacks a blocked-by record is shared among, the largest first.
+const MAX_HOLDER_PARTS: usize = 4;
+
+/// Keeps an entry's `MAX_UNWOUND_PARTS` largest parts by time (ties by stack id, so that the
+/// choice does not depend on hashing).
+fn keep_largest_parts(moves: &mut Vec<(i32, &AggValue)>) {
+    moves.sort_unstable_by(|a, b| b.1.total_ns.cmp(&a.1.total_ns).then(a.0.cmp(&b.0)));
+    moves.truncate(MAX_UNWOUND_PARTS);
 }
 
 /// Shares `rest` (an entry's events that were not copied) among `parts` (its unwound stacks)
@@ -528,7 +547,7 @@ fn split_side_tables(harvest: &mut Harvest, split_into: &HashMap<AggKey, Parts>)
             let holders: Vec<(i32, u64)> = holder_parts
                 .get(&(sig, key.holder.tid))
                 .or_else(|| holder_parts.get(&(sig, 0)))
-                .map(|stacks| stacks.iter().map(|(&id, &ns)| (id, ns)).collect())
+                .map(largest_holder_parts)
                 .unwrap_or_else(|| vec![(key.holder.user_stack, 1)]);
             for (user_stack, piece) in split_value(&part, &holders) {
                 let mut into_key = key;
@@ -555,6 +574,14 @@ fn split_side_tables(harvest: &mut Harvest, split_into: &HashMap<AggKey, Parts>)
         }
     }
     harvest.sleeps = sleeps.into_iter().collect();
+}
+
+/// A holder's `MAX_HOLDER_PARTS` largest unwound stacks with their time (ties by stack id).
+fn largest_holder_parts(stacks: &HashMap<i32, u64>) -> Vec<(i32, u64)> {
+    let mut parts: Vec<(i32, u64)> = stacks.iter().map(|(&id, &ns)| (id, ns)).collect();
+    parts.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    parts.truncate(MAX_HOLDER_PARTS);
+    parts
 }
 
 /// One waiter's blocked-by records split over the waiter's parts in proportion to their time,
@@ -879,6 +906,74 @@ mod tests {
         let mut expected = vec![(a, 500), (b, 500)];
         expected.sort();
         assert_eq!(sleeps, expected);
+    }
+
+    /// Waiters and holders that each unwound to many stacks: the blocked-by table stays within
+    /// records x waiter parts x holder parts of the bounds, and loses nothing.
+    #[test]
+    fn many_unwound_stacks_keep_the_side_tables_bounded_and_whole() {
+        const STACKS: u64 = 60;
+        let hold = AggKey {
+            kind: KIND_HOLD,
+            ..key(5)
+        };
+        let wait = key(6);
+        let durations: Vec<u64> = (1..=STACKS).map(|i| i * 100).collect();
+        let records: Vec<(BlockKey, BlockValue)> = (0..20)
+            .map(|tid| {
+                let holder = HolderKey {
+                    kernel_stack: hold.kernel_stack,
+                    user_stack: hold.user_stack,
+                    mode: hold.mode,
+                    ..HolderKey::default()
+                };
+                let waiter = AggKey { tid, ..wait };
+                (waiter, holder)
+            })
+            .map(|(waiter, holder)| {
+                let value = BlockValue {
+                    count: 7,
+                    wait_ns: 999_983,
+                };
+                (BlockKey { waiter, holder }, value)
+            })
+            .collect();
+        let mut harvest = Harvest {
+            entries: (0..20)
+                .map(|tid| entry(AggKey { tid, ..wait }, &durations))
+                .chain([entry(hold, &durations)])
+                .collect(),
+            blocked: records.clone(),
+            ..Harvest::default()
+        };
+        let mut u = Unwound::default();
+        for (i, &ns) in durations.iter().enumerate() {
+            let at = 0x1000 + i as u64;
+            u.add(&event(hold, ns), stack(&[at], false));
+            for tid in 0..20 {
+                u.add(&event(AggKey { tid, ..wait }, ns), stack(&[at], false));
+            }
+        }
+        u.apply_to(&mut harvest);
+
+        let waiter_parts = |tid| {
+            harvest
+                .entries
+                .iter()
+                .filter(|e| e.key.kind == KIND_WAIT && e.key.tid == tid)
+                .count()
+        };
+        assert_eq!(waiter_parts(3), MAX_UNWOUND_PARTS);
+        let bound = records.len() * MAX_UNWOUND_PARTS * MAX_HOLDER_PARTS;
+        assert!(harvest.blocked.len() <= bound, "{}", harvest.blocked.len());
+        let sum = |table: &[(BlockKey, BlockValue)]| {
+            table
+                .iter()
+                .fold((0, 0), |(c, w), (_, v)| (c + v.count, w + v.wait_ns))
+        };
+        assert_eq!(sum(&harvest.blocked), sum(&records));
+        let events: u64 = harvest.entries.iter().map(|e| e.value.count).sum();
+        assert_eq!(events, 21 * STACKS);
     }
 
     #[test]
