@@ -307,23 +307,18 @@ fn outside_reader_asleep_on_io_while_holding() {
         return;
     }
     let _serial = serial();
-    // The target keeps its mapping, and its threads keep churning, until its standard input
-    // closes: reading 128 MiB from disk four times takes as long as the machine's disk makes
-    // it, and a reader that outlived the mapping would get EIO from /proc/PID/mem.
-    let mut command = std::process::Command::new(common::workload_path());
-    command
-        .args([
-            "--wait-signal",
-            "filemap",
-            "--file-size",
-            "128M",
-            "--threads",
-            "2",
-            "--until-stdin-closes",
-        ])
-        .stdin(std::process::Stdio::piped());
-    let mut target = common::Workload::spawn_command(command);
-    let target_stdin = target.child.stdin.take().expect("piped stdin");
+    // The target keeps its mapping, and its threads keep churning, until the reader is done:
+    // reading 128 MiB from disk four times takes as long as the machine's disk makes it, and a
+    // reader that outlived the mapping would get EIO from /proc/PID/mem.
+    let mut target = common::Workload::spawn_stoppable(&[
+        "filemap",
+        "--file-size",
+        "128M",
+        "--threads",
+        "2",
+        "--seconds",
+        "600",
+    ]);
     let mapped = target.read_line();
     let field = |key: &str| {
         mapped
@@ -368,7 +363,7 @@ fn outside_reader_asleep_on_io_while_holding() {
         .unwrap()
         .parse()
         .unwrap();
-    drop(target_stdin);
+    target.stop();
     target.finish();
     let result = tracer.finish();
     assert!(result.status.success(), "{}", result.stderr);

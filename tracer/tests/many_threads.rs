@@ -7,6 +7,8 @@ mod common;
 use common::{bpf_available, json, serial, slowdown, u, Tracer, Workload};
 
 const THREADS: &str = "2001";
+/// Threads running when the tracer starts.
+const CROWD: usize = 500;
 
 #[test]
 fn two_thousand_contending_threads_are_traced_for_the_duration_without_loss() {
@@ -14,18 +16,21 @@ fn two_thousand_contending_threads_are_traced_for_the_duration_without_loss() {
         return;
     }
     let _serial = serial();
-    let workload = Workload::spawn(&[
+    // Stopped once the tracer is done: --seconds only bounds a test that lost its way.
+    let mut workload = Workload::spawn_stoppable(&[
         "churn",
         "--threads",
         THREADS,
         "--seconds",
-        &(12 * slowdown()).to_string(),
+        &(60 * slowdown()).to_string(),
         "--map-size",
         "64K",
     ]);
     workload.start();
-    // Let every thread start and queue on the lock before the tracer loads its programs.
-    std::thread::sleep(std::time::Duration::from_secs(2 * slowdown()));
+    // A crowd queuing on the lock before the tracer loads its programs. Not all of them: each
+    // new thread's stack is one more mmap() in that queue, so the last ones start only after
+    // tens of seconds on a saturated CPU, and the tracer must attach in the thick of it anyway.
+    wait_for_threads(workload.pid, CROWD);
     let mut tracer = Tracer::spawn(&[
         "-p".into(),
         workload.pid.to_string(),
@@ -36,6 +41,7 @@ fn two_thousand_contending_threads_are_traced_for_the_duration_without_loss() {
     ]);
     tracer.wait_attached();
     let result = tracer.finish();
+    workload.stop();
     workload.finish();
     assert!(result.status.success(), "{}", result.stderr);
     let report = json(&result.stdout);
@@ -76,4 +82,21 @@ fn two_thousand_contending_threads_are_traced_for_the_duration_without_loss() {
         "{}",
         report["totals"]
     );
+}
+
+/// Waits until process `pid` has at least `threads` threads.
+fn wait_for_threads(pid: u32, threads: usize) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60 * slowdown());
+    let task_dir = format!("/proc/{pid}/task");
+    loop {
+        let running = std::fs::read_dir(&task_dir).map_or(0, |dir| dir.count());
+        if running >= threads {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{running} of {threads} threads started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }

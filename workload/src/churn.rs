@@ -9,6 +9,7 @@ use std::io::Write;
 use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Condvar, Mutex, PoisonError};
 use std::thread::{self, Scope};
 use std::time::Instant;
 
@@ -119,9 +120,16 @@ pub fn run(args: &ChurnArgs, out: &mut dyn Write) -> Result<()> {
 /// every thread has been joined.
 fn run_threads(job: ChurnJob<'_>, threads: u32, pressure: Pressure) -> Result<Counts> {
     let stop = AtomicBool::new(false);
+    // The workers start churning together, once all exist: a thread started while the others
+    // churn waits in their queue for its own stack's mmap(), so two thousand of them would take
+    // most of a minute to start one by one.
+    let start_line = StartLine::default();
     thread::scope(|scope| {
-        let spawned = spawn_all(scope, job, threads, pressure, &stop);
-        let spawned = spawned.inspect_err(|_| stop.store(true, Ordering::Relaxed))?;
+        let spawned = spawn_all(scope, job, threads, pressure, &stop, &start_line);
+        // Opened on failure too (after the stop), so that the started workers see the stop.
+        let spawned = spawned.inspect_err(|_| stop.store(true, Ordering::Relaxed));
+        start_line.open();
+        let spawned = spawned?;
         let per_worker: Vec<Result<u64>> = spawned.workers.into_iter().map(join_named).collect();
         // The pressure threads run until the workers are done.
         stop.store(true, Ordering::Relaxed);
@@ -134,6 +142,28 @@ fn run_threads(job: ChurnJob<'_>, threads: u32, pressure: Pressure) -> Result<Co
         hogs?;
         Ok(counts)
     })
+}
+
+/// Where the workers wait until every one of them exists.
+#[derive(Default)]
+struct StartLine {
+    open: Mutex<bool>,
+    opened: Condvar,
+}
+
+impl StartLine {
+    fn wait(&self) {
+        let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        let _open = self
+            .opened
+            .wait_while(open, |open| !*open)
+            .unwrap_or_else(PoisonError::into_inner);
+    }
+
+    fn open(&self) {
+        *self.open.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        self.opened.notify_all();
+    }
 }
 
 /// The running threads of one churn run.
@@ -149,10 +179,12 @@ fn spawn_all<'scope, 'env>(
     threads: u32,
     pressure: Pressure,
     stop: &'env AtomicBool,
+    start_line: &'env StartLine,
 ) -> Result<Spawned<'scope>> {
     let workers = (0..threads)
         .map(|index| {
             spawn_named(scope, format!("churn-{index}"), move || {
+                start_line.wait();
                 churn_worker(job, stop)
             })
         })
@@ -171,11 +203,12 @@ fn spawn_all<'scope, 'env>(
     })
 }
 
-/// One worker: map, fault in, unmap until the budget runs out or another thread fails.
+/// One worker: map, fault in, unmap until the budget runs out, another thread fails or the
+/// caller closes standard input (--until-stdin-closes).
 #[inline(never)]
 pub fn churn_worker(job: ChurnJob<'_>, stop: &AtomicBool) -> Result<u64> {
     let mut done = 0;
-    while job.budget.allows(done) && !stop.load(Ordering::Relaxed) {
+    while job.budget.allows(done) && !stop.load(Ordering::Relaxed) && !crate::stop::requested() {
         if let Err(error) = churn_once(&job) {
             stop.store(true, Ordering::Relaxed);
             return Err(error);

@@ -27,6 +27,11 @@ pub struct Cli {
     #[arg(long, global = true, display_order = 101)]
     pub wait_signal: bool,
 
+    /// End the map/unmap loops early when standard input closes (--seconds stays the limit):
+    /// a caller ends the work when it has seen enough, however slow the machine.
+    #[arg(long, global = true, display_order = 102)]
+    pub until_stdin_closes: bool,
+
     #[command(subcommand)]
     pub mode: Mode,
 }
@@ -631,6 +636,8 @@ mod tests {
         );
         assert_eq!(args.dir, PathBuf::from("/var/tmp"));
 
+        assert!(!cli.until_stdin_closes);
+        assert!(parse(&["--until-stdin-closes", "filemap"]).is_ok_and(|cli| cli.until_stdin_closes));
         assert!(parse(&["filemap", "--threads", "0"]).is_err());
         assert!(parse(&["filemap", "--map-size", "0"]).is_err());
     }

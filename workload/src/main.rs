@@ -14,6 +14,7 @@ mod idle;
 mod memory;
 mod remote;
 mod start;
+mod stop;
 mod threads;
 
 use std::fmt;
@@ -30,6 +31,9 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     // Before anything else, and above all before any thread exists (see Sigusr1Gate).
     let gate = cli.wait_signal.then(Sigusr1Gate::install).transpose()?;
+    if cli.until_stdin_closes {
+        stop::watch_stdin()?;
+    }
 
     let mut out = io::stdout().lock();
     emit(&mut out, format_args!("ready pid={}", process::id()))?;

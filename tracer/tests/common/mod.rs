@@ -134,6 +134,24 @@ impl Workload {
         Self::spawn_from(&workload_path(), args)
     }
 
+    /// Like `spawn`, but the map/unmap loops end early at `stop` (--until-stdin-closes): give
+    /// --seconds for the slowest machine, and the test waits only as long as it needs.
+    #[allow(dead_code)] // Not every test file stops its workload early.
+    pub fn spawn_stoppable(args: &[&str]) -> Self {
+        let mut command = Command::new(workload_path());
+        command
+            .args(["--wait-signal", "--until-stdin-closes"])
+            .args(args)
+            .stdin(Stdio::piped());
+        Self::spawn_command(command)
+    }
+
+    /// Ends a `spawn_stoppable` workload's loops at their next iteration.
+    #[allow(dead_code)]
+    pub fn stop(&mut self) {
+        drop(self.child.stdin.take());
+    }
+
     /// Runs the workload from a copy of its binary at `binary` (one the test then deletes, say).
     pub fn spawn_from(binary: &std::path::Path, args: &[&str]) -> Self {
         let mut command = Command::new(binary);
