@@ -13,6 +13,7 @@ use crate::vm;
 use crate::workspace::{self, Profile};
 
 pub fn run(test_args: &[String]) -> Result<()> {
+    let mut phases = Phases::default();
     setup::run(setup::Options {
         dry_run: false,
         // Unit tests run without root; tests that need eBPF decide themselves (and fail
@@ -20,35 +21,73 @@ pub fn run(test_args: &[String]) -> Result<()> {
         tracefs: Tracefs::WarnIfNotRoot,
     })?;
     setup::for_tests()?;
-    // The integration tests run the binaries, so they must exist before `cargo test`.
-    workspace::build(Profile::Debug)?;
-    // And the package test the .deb (built from the release binary, as users get it).
+    phases.end("setup");
+    let guests = guests_wanted();
+    // The package test takes the .deb, built from the release binaries as users get them;
+    // the guests run those too (a debug tracer loads three times slower under TCG).
     let deb = crate::package::run(true)?.display().to_string();
+    let targets = integration_test_targets()?;
+    let executables = test_executables(&targets.iter().map(String::as_str).collect::<Vec<_>>())?;
+    let prepared = match &guests {
+        Ok(kernels) => kernels
+            .iter()
+            .map(|&kernel| vm::prepare(kernel))
+            .collect::<Result<Vec<_>>>()?,
+        Err(why) => {
+            println!("tests on Debian kernels: skipped ({why})");
+            Vec::new()
+        }
+    };
+    phases.end("build");
 
-    // fmt and clippy run even when tests fail, so one run reports every kind of problem.
+    // The guests are the longest part: they run beside everything else (each guest's vCPUs
+    // share one host thread, see vm::boot). fmt and clippy run even when tests fail, so one
+    // run reports every kind of problem.
     let mut tally = Tally::default();
     let mut failures: Vec<String> = Vec::new();
-    if let Err(err) = run_tallied(
-        &cargo_test(test_args).env("MMAPSEM_PACKAGE", &deb),
-        &mut tally,
-    ) {
-        failures.push(err.to_string());
-    }
-    if let Err(err) = on_debian_kernels(&mut tally, &deb) {
-        failures.push(format!("{err:#}"));
-    }
-    for cmd in [
-        Cmd::cargo(&["fmt", "--all", "--", "--check"]),
-        Cmd::cargo(&["clippy", "--all-targets", "--", "-D", "warnings"]),
-    ] {
-        if let Err(err) = cmd.run() {
-            failures.push(err.to_string());
+    std::thread::scope(|scope| {
+        let runs: Vec<_> = prepared
+            .iter()
+            .map(|guest| {
+                let (executables, deb) = (&executables, &deb);
+                scope.spawn(move || run_on_kernel(guest, executables, deb))
+            })
+            .collect();
+        // This kernel's tests run the debug binaries, built while the guests run.
+        let host_tests = workspace::build(Profile::Debug).and_then(|()| {
+            run_tallied(
+                &cargo_test(test_args).env("MMAPSEM_PACKAGE", &deb),
+                &mut tally,
+            )
+        });
+        if let Err(err) = host_tests {
+            failures.push(format!("{err:#}"));
         }
-    }
+        phases.end("tests on this kernel");
+        for cmd in [
+            Cmd::cargo(&["fmt", "--all", "--", "--check"]),
+            Cmd::cargo(&["clippy", "--all-targets", "--", "-D", "warnings"]),
+        ] {
+            if let Err(err) = cmd.run() {
+                failures.push(err.to_string());
+            }
+        }
+        phases.end("fmt and clippy");
+        for run in runs {
+            let (kernel_tally, result) = run.join().expect("a kernel's test thread panicked");
+            tally.passed += kernel_tally.passed;
+            tally.failed += kernel_tally.failed;
+            if let Err(err) = result {
+                failures.push(format!("{err:#}"));
+            }
+        }
+        phases.end("waiting for the Debian kernels");
+    });
 
     // One closing line over every test binary, so that a reader (or CI) need not add up the
     // per-binary `test result:` lines, the last of which is often an empty doc-test run.
     println!("tests: {} passed, {} failed", tally.passed, tally.failed);
+    phases.print();
     if failures.is_empty() {
         Ok(())
     } else {
@@ -56,11 +95,53 @@ pub fn run(test_args: &[String]) -> Result<()> {
     }
 }
 
+/// How long each part of the check took, printed at the end.
+struct Phases {
+    started: Instant,
+    last: Instant,
+    ended: Vec<(&'static str, Duration)>,
+}
+
+impl Default for Phases {
+    fn default() -> Self {
+        let now = Instant::now();
+        Self {
+            started: now,
+            last: now,
+            ended: Vec::new(),
+        }
+    }
+}
+
+impl Phases {
+    fn end(&mut self, name: &'static str) {
+        let now = Instant::now();
+        self.ended.push((name, now - self.last));
+        println!(
+            "xtask: {name} took {:.0} s",
+            (now - self.last).as_secs_f64()
+        );
+        self.last = now;
+    }
+
+    fn print(&self) {
+        let parts: Vec<String> = self
+            .ended
+            .iter()
+            .map(|(name, took)| format!("{name} {:.0} s", took.as_secs_f64()))
+            .collect();
+        println!(
+            "xtask test: {:.0} s in all: {}",
+            self.started.elapsed().as_secs_f64(),
+            parts.join(", ")
+        );
+    }
+}
+
 /// Every integration test target of the tracer (`tracer/tests/*.rs`), which run on each Debian
 /// kernel too, booted under QEMU. Under TCG (these machines' KVM does not run Debian's kernels)
-/// a test takes several times as long: in a run here on 2026-12-03, the 12 targets run until
-/// then took 19 min on 6.1 and 14 on 6.12, the other 9 about 17 and 12 more once their
-/// workloads waited as the slowdown asks.
+/// a test takes several times as long: in a clean-clone run here on 2026-12-06 the 21 targets
+/// took 35 min on 6.1 and 30 on 6.12, against 8 on this kernel.
 fn integration_test_targets() -> Result<Vec<String>> {
     let dir = paths::workspace_root().join("tracer/tests");
     let mut names: Vec<String> = std::fs::read_dir(&dir)
@@ -80,58 +161,21 @@ fn integration_test_targets() -> Result<Vec<String>> {
 /// byte-at-a-time memset and the acquire_returned chain fitted its 512-byte stack.
 const KNOWN_FAILURES: [(vm::Kernel, &str, &str); 0] = [];
 /// How long one kernel's run may take before the guest is killed: every test target took
-/// about 36 min on 6.1 here; with the host's part (about 17 min) this stays within CI's 90.
+/// about 35 min on 6.1 here (2026-12-06); with the builds before it this stays within CI's 90.
 const KERNEL_TIMEOUT: Duration = Duration::from_secs(60 * 60);
 
-/// Runs every integration test target on Debian 12's 6.1 and Debian 13's 6.12 (as root: QEMU, and the
-/// tests load programs). `MMAPSEM_VM=0` leaves them out, unless MMAPSEM_REQUIRE_BPF=1 (CI)
-/// says every BPF test must run.
-fn on_debian_kernels(tally: &mut Tally, deb: &str) -> Result<()> {
+/// The Debian kernels every integration test target runs on too (Debian 12's 6.1 and Debian
+/// 13's 6.12, as root: QEMU, and the tests load programs), or why not. `MMAPSEM_VM=0` leaves
+/// them out, unless MMAPSEM_REQUIRE_BPF=1 (CI) says every BPF test must run.
+fn guests_wanted() -> Result<[vm::Kernel; 2], &'static str> {
     let required = std::env::var("MMAPSEM_REQUIRE_BPF").is_ok_and(|v| v == "1");
     let opted_out = std::env::var("MMAPSEM_VM").is_ok_and(|v| v == "0");
-    if !setup::is_root() || (opted_out && !required) {
-        println!(
-            "tests on Debian kernels: skipped ({})",
-            if opted_out {
-                "MMAPSEM_VM=0"
-            } else {
-                "not root"
-            }
-        );
-        return Ok(());
-    }
-    let targets = integration_test_targets()?;
-    let names: Vec<&str> = targets.iter().map(String::as_str).collect();
-    let executables = test_executables(&names)?;
-    // Users run release builds; a debug tracer also loads three times slower under TCG.
-    workspace::build(Profile::Release)?;
-    let kernels = [vm::Kernel::Debian61, vm::Kernel::Debian612];
-    let prepared = kernels
-        .iter()
-        .map(|&kernel| vm::prepare(kernel))
-        .collect::<Result<Vec<_>>>()?;
-    // Side by side: each guest's vCPUs share one host thread (see vm::boot).
-    let results: Vec<(Tally, Result<()>)> = std::thread::scope(|scope| {
-        let runs: Vec<_> = prepared
-            .iter()
-            .map(|guest| scope.spawn(|| run_on_kernel(guest, &executables, deb)))
-            .collect();
-        runs.into_iter()
-            .map(|run| run.join().expect("a kernel's test thread panicked"))
-            .collect()
-    });
-    let mut failed = Vec::new();
-    for (kernel_tally, result) in results {
-        tally.passed += kernel_tally.passed;
-        tally.failed += kernel_tally.failed;
-        if let Err(err) = result {
-            failed.push(format!("{err:#}"));
-        }
-    }
-    if failed.is_empty() {
-        Ok(())
+    if !setup::is_root() {
+        Err("not root")
+    } else if opted_out && !required {
+        Err("MMAPSEM_VM=0")
     } else {
-        bail!("{}", failed.join("\n"))
+        Ok([vm::Kernel::Debian61, vm::Kernel::Debian612])
     }
 }
 
@@ -212,16 +256,20 @@ fn is_test_binary_of(executable: &str, name: &str) -> bool {
         .is_some_and(|(stem, _)| stem == name)
 }
 
-/// A shell command that runs every binary one test at a time (but `skips`, matched exactly)
-/// and fails if any failed.
+/// A shell command that runs every binary one test at a time (but `skips`, matched exactly),
+/// each test's time printed, and fails if any failed.
 fn guest_runner(executables: &[String], skips: &[&str]) -> Vec<String> {
-    let mut script = String::from("failed=0\n");
+    // libtest's --report-time is unstable; RUSTC_BOOTSTRAP lets this stable-built harness take
+    // it (at run time: nothing is compiled in the guest).
+    let mut script = String::from("failed=0\nexport RUSTC_BOOTSTRAP=1\n");
     let skips: String = skips
         .iter()
         .map(|test| format!(" --skip '{test}' --exact"))
         .collect();
     for exe in executables {
-        script.push_str(&format!("'{exe}' --test-threads=1{skips} || failed=1\n"));
+        script.push_str(&format!(
+            "'{exe}' --test-threads=1 -Zunstable-options --report-time{skips} || failed=1\n"
+        ));
     }
     script.push_str("exit $failed\n");
     vec!["sh".into(), "-c".into(), script]
@@ -317,11 +365,13 @@ mod tests {
         assert_eq!(runner[..2], ["sh", "-c"]);
         assert_eq!(
             runner[2],
-            "failed=0\n'/a/trace-1' --test-threads=1 || failed=1\n\
-             '/a/faults-2' --test-threads=1 || failed=1\nexit $failed\n"
+            "failed=0\nexport RUSTC_BOOTSTRAP=1\n\
+             '/a/trace-1' --test-threads=1 -Zunstable-options --report-time || failed=1\n\
+             '/a/faults-2' --test-threads=1 -Zunstable-options --report-time || failed=1\n\
+             exit $failed\n"
         );
         let skipping = guest_runner(&["/a/trace-1".into()], &["slow_one"]);
-        assert!(skipping[2].contains("'/a/trace-1' --test-threads=1 --skip 'slow_one' --exact"));
+        assert!(skipping[2].contains("--report-time --skip 'slow_one' --exact"));
     }
 
     #[test]
