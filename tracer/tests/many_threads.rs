@@ -7,8 +7,6 @@ mod common;
 use common::{bpf_available, json, serial, slowdown, u, Tracer, Workload};
 
 const THREADS: &str = "2001";
-/// Threads running when the tracer starts.
-const CROWD: usize = 500;
 
 #[test]
 fn two_thousand_contending_threads_are_traced_for_the_duration_without_loss() {
@@ -25,12 +23,12 @@ fn two_thousand_contending_threads_are_traced_for_the_duration_without_loss() {
         &(60 * slowdown()).to_string(),
         "--map-size",
         "64K",
+        "--together",
     ]);
     workload.start();
-    // A crowd queuing on the lock before the tracer loads its programs. Not all of them: each
-    // new thread's stack is one more mmap() in that queue, so the last ones start only after
-    // tens of seconds on a saturated CPU, and the tracer must attach in the thick of it anyway.
-    wait_for_threads(workload.pid, CROWD);
+    // The crowd queuing on the lock before the tracer loads its programs: the workers start
+    // together once all exist.
+    wait_for_threads(workload.pid, THREADS.parse::<usize>().unwrap() + 1);
     let mut tracer = Tracer::spawn(&[
         "-p".into(),
         workload.pid.to_string(),

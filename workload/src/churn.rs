@@ -100,7 +100,7 @@ pub fn run(args: &ChurnArgs, out: &mut dyn Write) -> Result<()> {
         writer_size: args.writer.then_some(args.writer_size),
         hogs: args.hogs,
     };
-    let counts = run_threads(job, args.threads, pressure)?;
+    let counts = run_threads(job, args.threads, pressure, args.together)?;
     let elapsed = started.elapsed();
     emit(
         out,
@@ -118,12 +118,20 @@ pub fn run(args: &ChurnArgs, out: &mut dyn Write) -> Result<()> {
 ///
 /// A failing thread raises `stop` so the others end early too; the first error is returned once
 /// every thread has been joined.
-fn run_threads(job: ChurnJob<'_>, threads: u32, pressure: Pressure) -> Result<Counts> {
+fn run_threads(
+    job: ChurnJob<'_>,
+    threads: u32,
+    pressure: Pressure,
+    together: bool,
+) -> Result<Counts> {
     let stop = AtomicBool::new(false);
-    // The workers start churning together, once all exist: a thread started while the others
-    // churn waits in their queue for its own stack's mmap(), so two thousand of them would take
-    // most of a minute to start one by one.
+    // With `together`, the workers start churning once all exist (2 000 started one by one on a
+    // busy lock took most of a minute); else each starts at once, and short-lived ones come and
+    // go without ever all existing.
     let start_line = StartLine::default();
+    if !together {
+        start_line.open();
+    }
     thread::scope(|scope| {
         let spawned = spawn_all(scope, job, threads, pressure, &stop, &start_line);
         // Opened on failure too (after the stop), so that the started workers see the stop.
@@ -319,6 +327,7 @@ mod tests {
             writer: false,
             writer_size: 1 << 20,
             hogs: 0,
+            together: false,
         }
     }
 

@@ -141,6 +141,11 @@ pub struct ChurnArgs {
     /// preempted.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub hogs: u32,
+
+    /// Workers start once all of them exist, so that thousands really queue at once (started
+    /// one by one while the others churn, each new thread's stack mmap() waits in their queue).
+    #[arg(long)]
+    pub together: bool,
 }
 
 /// What backs the churn workers' mappings.
@@ -433,6 +438,7 @@ mod tests {
         assert!(!args.writer);
         assert_eq!(args.writer_size, 64 * MIB);
         assert_eq!(args.hogs, 0);
+        assert!(!args.together);
     }
 
     #[test]
@@ -457,6 +463,7 @@ mod tests {
             "16M",
             "--hogs",
             "3",
+            "--together",
         ])
         .expect("all options parse");
         assert_eq!(cli.start_delay, Duration::from_millis(1500));
@@ -472,6 +479,7 @@ mod tests {
         assert!(args.writer);
         assert_eq!(args.writer_size, 16 * MIB);
         assert_eq!(args.hogs, 3);
+        assert!(args.together);
     }
 
     #[test]
