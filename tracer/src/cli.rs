@@ -37,14 +37,7 @@ pub enum WeightArg {
     Count,
 }
 
-/// The empty programs of `--bench-floor`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum BenchFloor {
-    /// Classic tracepoints, as the tracer's own mmap_lock programs.
-    Classic,
-    /// BTF tracepoints (tp_btf).
-    Btf,
-}
+pub use crate::probes::floor::BenchFloor;
 
 /// How the report's self-cost is measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -543,24 +536,7 @@ pub fn one_line(err: &clap::Error) -> String {
     format!("{joined} (see --help)")
 }
 
-/// An error chain on one line, each cause once: some errors (aya's map errors) repeat their
-/// source's message in their own, which `{:#}` would print twice.
-pub fn error_line(err: &anyhow::Error) -> String {
-    let mut line = String::new();
-    let mut previous = String::new();
-    for cause in err.chain() {
-        let text = cause.to_string();
-        if text.is_empty() || previous.contains(&text) {
-            continue;
-        }
-        if !line.is_empty() {
-            line.push_str(": ");
-        }
-        line.push_str(&text);
-        previous = text;
-    }
-    line
-}
+pub use crate::text::error_line;
 
 /// A process id: a positive number.
 fn parse_pid(text: &str) -> Result<u32, String> {
@@ -721,51 +697,6 @@ mod tests {
         for kind in ["--pid", "--all", "CMD"] {
             assert!(line.contains(kind), "{kind} missing from: {line}");
         }
-    }
-
-    #[test]
-    fn error_chains_say_each_cause_once() {
-        // Like aya's MapError::CreateError inside EbpfError::MapError, whose Display also
-        // prints its source.
-        #[derive(Debug)]
-        struct Inner(std::io::Error);
-        impl std::fmt::Display for Inner {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                write!(f, "failed to create map `AGG`")
-            }
-        }
-        impl std::error::Error for Inner {
-            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-                Some(&self.0)
-            }
-        }
-        let io = || std::io::Error::from_raw_os_error(libc::EINVAL);
-        #[derive(Debug)]
-        struct Chain(Inner);
-        impl std::fmt::Display for Chain {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                write!(f, "map error: {}", self.0)
-            }
-        }
-        impl std::error::Error for Chain {
-            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-                Some(&self.0)
-            }
-        }
-        let err = anyhow::Error::new(Chain(Inner(io()))).context("loading the programs");
-        assert_eq!(
-            format!("{err:#}"),
-            "loading the programs: map error: failed to create map `AGG`: \
-             failed to create map `AGG`: Invalid argument (os error 22)",
-            "the doubling this guards against"
-        );
-        assert_eq!(
-            error_line(&err),
-            "loading the programs: map error: failed to create map `AGG`: \
-             Invalid argument (os error 22)"
-        );
-        let plain = anyhow::anyhow!("no such process: 7").context("tracing");
-        assert_eq!(error_line(&plain), "tracing: no such process: 7");
     }
 
     #[test]

@@ -1,8 +1,9 @@
-//! The crate's module graph, read from its own sources: data flows one way (docs/ARCHITECTURE.md),
-//! so no two modules import each other, directly or around a cycle, and the model imports
-//! nothing of the layers around it. A parent module's use of its children and a child's use of
-//! its ancestors (`super::Harvest`) are the usual Rust shape and do not count; siblings and
-//! cousins do. Test code (`#[cfg(test)]` modules) is left out: tests may reach anywhere.
+//! The crate's module graph, read from its own sources: data flows one way
+//! (docs/ARCHITECTURE.md), so no two modules import each other, directly or around a cycle, no
+//! module imports one of a layer above its own, and the model imports nothing of the layers
+//! around it. A parent module's use of its children and a child's use of its ancestors
+//! (`super::Harvest`) are the usual Rust shape and do not count; siblings and cousins do. Test
+//! code (`#[cfg(test)]` modules) is left out: tests may reach anywhere.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -198,6 +199,72 @@ fn the_model_imports_nothing_of_the_layers_around_it() {
         .map(|(m, used)| format!("{m} uses {used}"))
         .collect();
     assert!(outside.is_empty(), "{}", outside.join("\n"));
+}
+
+/// The crate's layers, lowest first (docs/ARCHITECTURE.md): a module may use modules of its
+/// own layer and of those below, never one above. Leaves that several layers print with
+/// (`text`, `units`) sit at the bottom; the options (`cli`) sit under the views that read them
+/// and above everything that must not depend on a command line.
+const LAYERS: [&[&str]; 8] = [
+    &["text", "units"],
+    &["model", "system"],
+    &["launch", "probes", "symbolize", "unwind"],
+    &["collect"],
+    &["cli"],
+    &["output", "present"],
+    &["exports", "intervals", "live", "serve"],
+    &["", "run"],
+];
+
+/// The layer of a module (of its top-level module), if it has one.
+fn layer_of(module: &str) -> Option<usize> {
+    let top = module.split("::").next().unwrap_or("");
+    LAYERS.iter().position(|layer| layer.contains(&top))
+}
+
+/// The imports that point up the layers in `graph`, and the modules in no layer.
+fn upward_imports(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
+    let mut wrong = Vec::new();
+    for (module, uses) in graph {
+        let Some(at) = layer_of(module) else {
+            wrong.push(format!("{module} is in no layer of LAYERS"));
+            continue;
+        };
+        for used in uses {
+            if layer_of(used).is_some_and(|above| above > at) {
+                wrong.push(format!("{module} uses {used}, a layer above it"));
+            }
+        }
+    }
+    wrong
+}
+
+#[test]
+fn no_module_imports_one_of_a_layer_above_it() {
+    let mut graph = graph();
+    // This file is test code, compiled only into the tests.
+    graph.remove("layering");
+    let wrong = upward_imports(&graph);
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn an_upward_import_or_an_unlayered_module_is_found() {
+    let graph: BTreeMap<String, BTreeSet<String>> = [
+        ("probes::mmap_lock", &["cli", "model::report"][..]),
+        ("present::text", &["text", "model"][..]),
+        ("newcomer", &[][..]),
+    ]
+    .iter()
+    .map(|(m, uses)| (m.to_string(), uses.iter().map(|u| u.to_string()).collect()))
+    .collect();
+    assert_eq!(
+        upward_imports(&graph),
+        [
+            "newcomer is in no layer of LAYERS",
+            "probes::mmap_lock uses cli, a layer above it",
+        ]
+    );
 }
 
 /// The graph finds what it must: a child module named by a parent, a sibling named through

@@ -21,5 +21,6 @@ pub mod run;
 pub mod serve;
 pub mod symbolize;
 pub mod system;
+pub mod text;
 pub mod units;
 pub mod unwind;

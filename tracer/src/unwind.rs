@@ -223,7 +223,7 @@ fn object_info(
     if info.is_none() {
         log::debug!(
             "no unwind info from {}",
-            crate::present::escaped_path(&mapping.path)
+            crate::text::escaped_path(&mapping.path)
         );
     }
     objects.insert(id, info.clone());

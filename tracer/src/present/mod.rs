@@ -10,46 +10,8 @@ pub mod svg;
 pub mod text;
 pub mod trace_event;
 
-use std::borrow::Cow;
-use std::fmt::Write as _;
-
 use crate::model::Frame;
-
-/// A name the target controls (comm, path, symbol) made safe to print: control characters
-/// (an escape sequence that would drive the terminal, a newline that would forge a report
-/// line) and bidirectional overrides become `\xNN`, `\n`, `\u{NNNN}`; a backslash is doubled so
-/// that an escape cannot be faked.
-pub fn escaped(name: &str) -> Cow<'_, str> {
-    if !name.chars().any(needs_escape) {
-        return Cow::Borrowed(name);
-    }
-    let mut out = String::with_capacity(name.len() + 8);
-    for c in name.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x100 && needs_escape(c) => {
-                let _ = write!(out, "\\x{:02x}", c as u32);
-            }
-            c if needs_escape(c) => {
-                let _ = write!(out, "\\u{{{:04x}}}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    Cow::Owned(out)
-}
-
-/// A path the target controls, escaped like `escaped` (for log lines as much as reports).
-pub fn escaped_path(path: &std::path::Path) -> String {
-    escaped(&path.to_string_lossy()).into_owned()
-}
-
-fn needs_escape(c: char) -> bool {
-    c == '\\' || c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-}
+pub use crate::text::{escaped, escaped_path};
 
 /// `module+0xFILE_OFFSET` for a frame without a symbol (`addr2line -e module 0xOFFSET` takes
 /// it), with the runtime address only where no file offset is known (kernel, unknown module).
@@ -107,19 +69,5 @@ mod tests {
         assert_eq!(short_frame(&f), "libc.so.6+0x1234");
         f.module = "/tmp/\x1b[2Jevil\n.so".into();
         assert_eq!(short_frame(&f), "\\x1b[2Jevil\\n.so+0x1234");
-    }
-
-    #[test]
-    fn names_are_escaped() {
-        assert_eq!(escaped("plain name (x).so"), "plain name (x).so");
-        assert_eq!(escaped("\x1b[31mred\n"), "\\x1b[31mred\\n");
-        assert_eq!(
-            escaped("a\\n"),
-            "a\\\\n",
-            "a backslash cannot fake an escape"
-        );
-        assert_eq!(escaped("tab\there\r\x7f"), "tab\\there\\r\\x7f");
-        assert_eq!(escaped("\u{202e}gpj.exe"), "\\u{202e}gpj.exe");
-        assert_eq!(escaped("naïve µs"), "naïve µs");
     }
 }

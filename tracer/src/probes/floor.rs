@@ -10,8 +10,16 @@ use aya::{Ebpf, EbpfLoader};
 use tokio::signal::unix::{signal, SignalKind};
 
 use super::mmap_lock;
-use crate::cli::BenchFloor;
 use crate::system::procfs;
+
+/// The empty programs of `--bench-floor`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum BenchFloor {
+    /// Classic tracepoints, as the tracer's own mmap_lock programs.
+    Classic,
+    /// BTF tracepoints (tp_btf).
+    Btf,
+}
 
 /// How often the targets' liveness is checked, as the trace's collect loop does.
 const TICK: Duration = Duration::from_millis(100);

@@ -167,7 +167,7 @@ fn attach(
             Err(err) => log::warn!(
                 "BTF tracepoints unavailable ({}): using classic tracepoints, which cost the \
                  target more",
-                crate::cli::error_line(&err)
+                crate::text::error_line(&err)
             ),
         }
     }

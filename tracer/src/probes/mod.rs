@@ -13,6 +13,7 @@ mod object_names;
 mod pending;
 mod sched;
 mod self_cost;
+pub mod source;
 pub use self_cost::SelfCostMode;
 #[cfg(test)]
 mod stack_chains;
@@ -37,13 +38,13 @@ use tracer_common::{
 
 use self::timeline::TimelineReader;
 use self::user_stacks::UserStackReader;
-use crate::collect::{Forget, Source};
 use crate::model::unwound::StackRecord;
 use crate::model::{holder_stack_owner, user_stack_owner, Features, Harvest, StackRef};
 use crate::system::{
     btf::KernelOffsets,
     tracefs::{Needed, Tracefs},
 };
+use source::{Forget, Source};
 
 /// The probe families, one module each: what each configures, attaches and reads, in this
 /// order (the saved registers before the stack copies that need them; the mmap_lock family's
@@ -1073,7 +1074,7 @@ fn verifier_summary(log: &str) -> String {
 
 /// Turns EPERM from the kernel into the capability the user must add.
 fn explain_permission(err: anyhow::Error, doing: &str) -> anyhow::Error {
-    let text = crate::cli::error_line(&err);
+    let text = crate::text::error_line(&err);
     if text.contains("Operation not permitted") || text.contains("EPERM") {
         anyhow!("not enough privilege for {doing}: needs CAP_BPF and CAP_PERFMON (or root): {text}")
     } else {

@@ -46,7 +46,7 @@ fn attach(ebpf: &mut Ebpf) -> Result<bool> {
         let err = super::load_failed(err, "loading the sched_switch BTF tracepoint");
         log::warn!(
             "{}: holders' off-CPU time is left out",
-            crate::cli::error_line(&err)
+            crate::text::error_line(&err)
         );
         return Ok(false);
     }

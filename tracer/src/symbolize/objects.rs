@@ -15,8 +15,8 @@ use std::rc::Rc;
 
 use object::Object as _;
 
-use crate::present::escaped_path;
 use crate::system::procfs::{self, Mapping};
+use crate::text::escaped_path;
 
 /// Where separate debug files are looked for, and only there: root installs them, whereas the
 /// target controls the directory of its objects and what their debug links name.
