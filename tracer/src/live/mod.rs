@@ -303,8 +303,12 @@ mod tests {
     #[test]
     fn unavailable_self_cost_says_why_in_the_header() {
         let mut snapshot = snapshot();
-        snapshot.interval.self_cost =
-            self_cost(&RunStats::Unavailable("needs CAP_SYS_ADMIN".into()), 1, 1);
+        snapshot.interval.self_cost = self_cost(
+            &RunStats::Unavailable("needs CAP_SYS_ADMIN".into()),
+            1,
+            1,
+            0,
+        );
         let (terminal, _) = script(vec![Input::Data(Box::new(snapshot))]);
         let text = screen(&terminal);
         assert!(

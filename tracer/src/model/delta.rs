@@ -34,6 +34,7 @@ pub fn since(now: &Harvest, before: &Harvest) -> Harvest {
         timeline: _,
         estimated_user_stacks,
         run_stats,
+        tracer_cpu_ns,
     } = now;
     let earlier: HashMap<&AggKey, &AggValue> =
         before.entries.iter().map(|e| (&e.key, &e.value)).collect();
@@ -63,6 +64,7 @@ pub fn since(now: &Harvest, before: &Harvest) -> Harvest {
         sleeps: keyed_since(sleeps, &before.sleeps, |n, o| n.saturating_sub(*o)),
         sections: sections.since(&before.sections),
         run_stats: super::self_cost::since(run_stats, &before.run_stats),
+        tracer_cpu_ns: tracer_cpu_ns.saturating_sub(before.tracer_cpu_ns),
         // The window's timeline is read from its ring buffer, not from snapshots.
         timeline: Vec::new(),
         // Lookup tables and states: as they are now.
@@ -191,6 +193,7 @@ pub fn without_threads(harvest: &Harvest) -> Harvest {
         timeline,
         estimated_user_stacks,
         run_stats,
+        tracer_cpu_ns,
     } = harvest;
     let untid = |mut key: AggKey| {
         if key.locker_pid == 0 {
@@ -248,6 +251,7 @@ pub fn without_threads(harvest: &Harvest) -> Harvest {
         features: *features,
         timeline: timeline.clone(),
         run_stats: run_stats.clone(),
+        tracer_cpu_ns: *tracer_cpu_ns,
     }
 }
 

@@ -58,7 +58,12 @@ pub fn build_report(harvest: &Harvest, symbols: &Symbols, meta: &TraceMeta) -> R
             },
         ),
         features: harvest.features,
-        self_cost: self_cost(&harvest.run_stats, meta.duration_ns, meta.thread_time_ns),
+        self_cost: self_cost(
+            &harvest.run_stats,
+            meta.duration_ns,
+            meta.thread_time_ns,
+            harvest.tracer_cpu_ns,
+        ),
     }
 }
 

@@ -96,6 +96,13 @@ pub struct SelfCost {
     pub counted_share: Option<f64>,
     /// `added_ns` / the traced threads' time; null when either is unknown.
     pub added_share: Option<f64>,
+    /// The tracer process's own CPU time over the window (user and system, all its threads):
+    /// reading maps, unwinding, symbolizing, reading /proc. Not in `added_ns`: it runs beside
+    /// the traced threads rather than inside them, but it is taken from the same machine.
+    pub tracer_cpu_ns: u64,
+    /// `tracer_cpu_ns` / the window: the share of one CPU the tracer process used; null for an
+    /// empty window.
+    pub tracer_cpu_share: Option<f64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -125,8 +132,22 @@ impl SelfCost {
 }
 
 /// The self-cost of a window `duration_ns` long in which the traced threads lived
-/// `thread_time_ns` (0: not known).
-pub fn self_cost(stats: &RunStats, duration_ns: u64, thread_time_ns: u64) -> SelfCost {
+/// `thread_time_ns` (0: not known) and the tracer process used `tracer_cpu_ns` of CPU.
+pub fn self_cost(
+    stats: &RunStats,
+    duration_ns: u64,
+    thread_time_ns: u64,
+    tracer_cpu_ns: u64,
+) -> SelfCost {
+    SelfCost {
+        tracer_cpu_ns,
+        tracer_cpu_share: (duration_ns > 0).then(|| tracer_cpu_ns as f64 / duration_ns as f64),
+        ..programs_cost(stats, duration_ns, thread_time_ns)
+    }
+}
+
+/// What the programs cost, as the kernel counted their runs.
+fn programs_cost(stats: &RunStats, duration_ns: u64, thread_time_ns: u64) -> SelfCost {
     let (programs, counted_ns) = match stats {
         RunStats::Unavailable(why) => return unavailable(why.clone()),
         RunStats::Counted(programs) => (programs, duration_ns),
@@ -173,6 +194,8 @@ pub fn self_cost(stats: &RunStats, duration_ns: u64, thread_time_ns: u64) -> Sel
         } else {
             counted_ns as f64 / duration_ns as f64
         }),
+        tracer_cpu_ns: 0,
+        tracer_cpu_share: None,
     }
 }
 
@@ -185,6 +208,8 @@ fn unavailable(why: String) -> SelfCost {
         added_ns: None,
         added_share: None,
         counted_share: None,
+        tracer_cpu_ns: 0,
+        tracer_cpu_share: None,
     }
 }
 
@@ -237,8 +262,14 @@ pub(crate) mod tests {
             runs("dear", 1_000, 700_000),
             runs("idle", 0, 0),
         ]);
-        let cost = self_cost(&stats, 2_000_000_000, 4_000_000_000);
+        let cost = self_cost(&stats, 2_000_000_000, 4_000_000_000, 50_000_000);
         assert!(cost.available && cost.reason.is_none());
+        assert_eq!(cost.tracer_cpu_ns, 50_000_000);
+        assert_eq!(
+            cost.tracer_cpu_share,
+            Some(0.025),
+            "of one CPU over the window"
+        );
         let names: Vec<_> = cost.programs.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(names, ["dear", "cheap", "idle"], "most run time first");
         let per_run: Vec<_> = cost.programs.iter().map(|p| p.ns_per_run).collect();
@@ -259,7 +290,7 @@ pub(crate) mod tests {
             programs: vec![runs("cheap", 300, 30_000), runs("dear", 100, 70_000)],
             counted_ns: 200_000_000,
         };
-        let cost = self_cost(&stats, 2_000_000_000, 4_000_000_000);
+        let cost = self_cost(&stats, 2_000_000_000, 4_000_000_000, 0);
         assert!(cost.available && cost.sampled());
         assert_eq!(cost.counted_share, Some(0.1));
         assert_eq!(cost.events_per_second, Some(2_000.0));
@@ -276,7 +307,7 @@ pub(crate) mod tests {
             programs: vec![runs("p", 0, 0)],
             counted_ns: 0,
         };
-        let cost = self_cost(&stats, 1_000_000_000, 1);
+        let cost = self_cost(&stats, 1_000_000_000, 1, 0);
         assert!(!cost.available);
         assert!(cost.reason.unwrap().contains("sampled"));
     }
@@ -309,14 +340,19 @@ pub(crate) mod tests {
     #[test]
     fn unknown_thread_time_leaves_no_share() {
         let stats = RunStats::Counted(vec![runs("p", 1, 500)]);
-        let cost = self_cost(&stats, 0, 0);
+        let cost = self_cost(&stats, 0, 0, 0);
         assert_eq!(cost.events_per_second, Some(0.0));
         assert_eq!(cost.added_share, None);
     }
 
     #[test]
     fn unavailable_says_why_and_measures_nothing() {
-        let cost = self_cost(&RunStats::Unavailable("EPERM".into()), 1, 1);
+        let cost = self_cost(&RunStats::Unavailable("EPERM".into()), 1_000, 1, 10);
+        assert_eq!(
+            cost.tracer_cpu_share,
+            Some(0.01),
+            "known without the programs' counts"
+        );
         assert!(!cost.available);
         assert_eq!(cost.reason.as_deref(), Some("EPERM"));
         assert!(cost.programs.is_empty());

@@ -484,6 +484,7 @@ fn self_cost(out: &mut String, cost: &SelfCost) {
     let (Some(rate), Some(added_ns)) = (cost.events_per_second, cost.added_ns) else {
         let why = cost.reason.as_deref().unwrap_or_default();
         let _ = writeln!(out, "Self-cost: unavailable ({why})");
+        tracer_cpu(out, cost);
         return;
     };
     let share = cost.added_share.map_or(String::new(), |share| {
@@ -522,6 +523,21 @@ fn self_cost(out: &mut String, cost: &SelfCost) {
         "(an estimate from the kernel's BPF run-time statistics: each program runs in the context \
          of the thread that hit its event;\n so it counts the events of other processes that the \
          programs filter out, and not the tracepoints' own dispatch)"
+    );
+    tracer_cpu(out, cost);
+}
+
+/// The tracer process's own CPU, beside what its programs added to the traced threads.
+fn tracer_cpu(out: &mut String, cost: &SelfCost) {
+    let Some(share) = cost.tracer_cpu_share else {
+        return;
+    };
+    let _ = writeln!(
+        out,
+        "The tracer process used {} of CPU ({:.2}% of one CPU) reading maps, unwinding and \
+         symbolizing",
+        human_ns(cost.tracer_cpu_ns),
+        share * 100.0
     );
 }
 
@@ -664,7 +680,9 @@ mod tests {
 
     #[test]
     fn self_cost_closes_the_report() {
-        let text = rendered();
+        let (mut harvest, symbols, meta) = sample();
+        harvest.tracer_cpu_ns = meta.duration_ns / 50;
+        let text = render(&build_report(&harvest, &symbols, &meta), 10);
         let section = &text[text.find("\nSelf-cost:").expect(&text)..];
         let lines: Vec<&str> = section.trim().lines().collect();
         assert_eq!(
@@ -679,7 +697,12 @@ mod tests {
         );
         assert!(lines[4].starts_with("(an estimate"), "{section}");
         assert!(lines[5].starts_with(" so it counts"), "{section}");
-        assert_eq!(lines.len(), 6, "the report ends there: {section}");
+        assert!(
+            lines[6].starts_with("The tracer process used ")
+                && lines[6].contains(" of CPU (2.00% of one CPU) reading maps"),
+            "{section}"
+        );
+        assert_eq!(lines.len(), 7, "the report ends there: {section}");
     }
 
     #[test]
@@ -707,9 +730,15 @@ mod tests {
         let (mut harvest, symbols, mut meta) = sample();
         harvest.run_stats = RunStats::Unavailable("BPF_ENABLE_STATS needs CAP_SYS_ADMIN".into());
         meta.thread_time_ns = 0;
+        harvest.tracer_cpu_ns = meta.duration_ns / 100;
         let text = render(&build_report(&harvest, &symbols, &meta), 10);
+        let unavailable = "\n\nSelf-cost: unavailable (BPF_ENABLE_STATS needs CAP_SYS_ADMIN)\n";
+        let at = text.find(unavailable).expect(&text);
+        let rest = &text[at + unavailable.len()..];
         assert!(
-            text.ends_with("\n\nSelf-cost: unavailable (BPF_ENABLE_STATS needs CAP_SYS_ADMIN)\n"),
+            rest.starts_with("The tracer process used ")
+                && rest.ends_with("(1.00% of one CPU) reading maps, unwinding and symbolizing\n")
+                && rest.lines().count() == 1,
             "{text}"
         );
     }

@@ -238,6 +238,8 @@ pub struct Probes {
     lean_array: bool,
     /// Keeps the kernel counting the programs' runs.
     run_stats: self_cost::RunTimeStats,
+    /// This process's CPU time when the trace started (`start_self_cost`).
+    cpu_at_start_ns: u64,
     /// When the trace started (monotonic ns; 0 until set_trace_start).
     trace_start_ns: u64,
     classic_links: ClassicLinks,
@@ -546,6 +548,7 @@ impl Probes {
             slots: settings.target_slots.then(Vec::new),
             lean_array: settings.target_slots && !settings.attribution && !settings.per_thread,
             run_stats: self_cost::RunTimeStats::enable(settings.self_cost),
+            cpu_at_start_ns: self_cost::process_cpu_ns(),
             trace_start_ns: 0,
             classic_links,
             agg_capacity: settings.max_entries as usize,
@@ -832,6 +835,7 @@ fn read_maps(probes: &Probes, timeline: Vec<tracer_common::TimelineEvent>) -> Re
         features: probes.features,
         timeline,
         run_stats: self_cost::read_runs(ebpf, &probes.run_stats),
+        tracer_cpu_ns: self_cost::process_cpu_ns().saturating_sub(probes.cpu_at_start_ns),
         ..Harvest::default()
     };
     for family in &FAMILIES {

@@ -289,10 +289,25 @@ fn current_runs(ebpf: &Ebpf) -> RunStats {
     RunStats::Counted(programs)
 }
 
+/// The CPU time (user and system, every thread) this process has used: the tracer's own cost
+/// beside its programs' (reading maps, unwinding, symbolizing, /proc).
+pub fn process_cpu_ns() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid timespec for the kernel to fill.
+    if unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut now) } != 0 {
+        return 0;
+    }
+    (now.tv_sec as u64) * 1_000_000_000 + now.tv_nsec as u64
+}
+
 impl Probes {
     /// Counts the programs' runs from now on: call it when the trace starts (at arming), so
     /// that runs per second are over the trace's duration.
     pub fn start_self_cost(&mut self) {
+        self.cpu_at_start_ns = process_cpu_ns();
         if let RunTimeStats::Counting {
             start,
             start_counted,
