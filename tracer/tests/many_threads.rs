@@ -29,11 +29,14 @@ fn two_thousand_contending_threads_are_traced_for_the_duration_without_loss() {
     // The crowd queuing on the lock before the tracer loads its programs: the workers start
     // together once all exist.
     wait_for_threads(workload.pid, THREADS.parse::<usize>().unwrap() + 1);
+    // Under emulation two thousand threads woken together on two vCPUs manage about thirty
+    // writes a second (118 in 4 s on 6.1): a longer trace, and a tenth of the host's count.
+    let seconds: u64 = if slowdown() > 1 { 8 } else { 4 };
     let mut tracer = Tracer::spawn(&[
         "-p".into(),
         workload.pid.to_string(),
         "-d".into(),
-        "4".into(),
+        seconds.to_string(),
         "--format".into(),
         "json".into(),
     ]);
@@ -47,7 +50,10 @@ fn two_thousand_contending_threads_are_traced_for_the_duration_without_loss() {
     // trace covers the duration asked for, not the moments before the target exited.
     assert_eq!(report["target"]["exited"], false, "{}", report["target"]);
     let traced_s = u(&report["duration_ns"]) as f64 / 1e9;
-    assert!(traced_s >= 3.5, "traced {traced_s:.2} s of -d 4");
+    assert!(
+        traced_s >= seconds as f64 - 0.5,
+        "traced {traced_s:.2} s of -d {seconds}"
+    );
     let lost = report["lost"].as_object().unwrap();
     // Explained, not lost: operations that began before the attach, holders charged without
     // their stacks, and user-stack copies over budget (those keep frame-pointer stacks).
@@ -76,7 +82,7 @@ fn two_thousand_contending_threads_are_traced_for_the_duration_without_loss() {
     );
     assert!(losses.is_empty(), "lost with the defaults: {losses:?}");
     assert!(
-        u(&report["totals"]["write"]["acquisitions"]) > 1000,
+        u(&report["totals"]["write"]["acquisitions"]) > 1000 / slowdown(),
         "{}",
         report["totals"]
     );
