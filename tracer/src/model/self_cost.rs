@@ -97,8 +97,9 @@ pub struct SelfCost {
     /// `added_ns` / the traced threads' time; null when either is unknown.
     pub added_share: Option<f64>,
     /// The tracer process's own CPU time over the window (user and system, all its threads):
-    /// reading maps, unwinding, symbolizing, reading /proc. Not in `added_ns`: it runs beside
-    /// the traced threads rather than inside them, but it is taken from the same machine.
+    /// reading maps and /proc, unwinding, and symbolizing for the views (the final report's
+    /// symbols come after the trace). Not in `added_ns`: it runs beside the traced threads rather
+    /// than inside them, but it is taken from the same machine.
     pub tracer_cpu_ns: u64,
     /// `tracer_cpu_ns` / the window: the share of one CPU the tracer process used; null for an
     /// empty window.

@@ -534,8 +534,8 @@ fn tracer_cpu(out: &mut String, cost: &SelfCost) {
     };
     let _ = writeln!(
         out,
-        "The tracer process used {} of CPU ({:.2}% of one CPU) reading maps, unwinding and \
-         symbolizing",
+        "The tracer process used {} of CPU ({:.2}% of one CPU) while tracing: reading maps and \
+         /proc, unwinding",
         human_ns(cost.tracer_cpu_ns),
         share * 100.0
     );
@@ -699,7 +699,7 @@ mod tests {
         assert!(lines[5].starts_with(" so it counts"), "{section}");
         assert!(
             lines[6].starts_with("The tracer process used ")
-                && lines[6].contains(" of CPU (2.00% of one CPU) reading maps"),
+                && lines[6].contains(" of CPU (2.00% of one CPU) while tracing"),
             "{section}"
         );
         assert_eq!(lines.len(), 7, "the report ends there: {section}");
@@ -737,7 +737,9 @@ mod tests {
         let rest = &text[at + unavailable.len()..];
         assert!(
             rest.starts_with("The tracer process used ")
-                && rest.ends_with("(1.00% of one CPU) reading maps, unwinding and symbolizing\n")
+                && rest.ends_with(
+                    "(1.00% of one CPU) while tracing: reading maps and /proc, unwinding\n"
+                )
                 && rest.lines().count() == 1,
             "{text}"
         );
