@@ -411,7 +411,7 @@ fn clean_run_has_no_unpaired_events_and_json_matches_the_schema() {
     }
 }
 
-/// The schema promised in README.md ("JSON output").
+/// The schema promised in docs/report.md ("JSON output").
 fn assert_schema(r: &Value) {
     assert_eq!(r["version"], 1);
     assert!(r["target"]["pids"]

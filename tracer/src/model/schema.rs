@@ -1,5 +1,5 @@
 //! The report's schema: what every presenter shows. Field names here are the JSON schema
-//! (README, "JSON output"); `report` builds it from a harvest, its symbols and the trace's own
+//! (docs/report.md, "JSON output"); `report` builds it from a harvest, its symbols and the trace's own
 //! facts.
 
 use std::collections::{BTreeMap, HashMap};

@@ -75,7 +75,7 @@ fn programs_since(now: &[ProgramRuns], before: &[ProgramRuns]) -> Vec<ProgramRun
         .collect()
 }
 
-/// The report's self-cost section. Field names are the JSON schema (README, "JSON output").
+/// The report's self-cost section. Field names are the JSON schema (docs/report.md, "JSON output").
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SelfCost {
     pub available: bool,

@@ -1,4 +1,4 @@
-//! Machine-readable report: the `Report` model serialized as is (schema in README.md).
+//! Machine-readable report: the `Report` model serialized as is (schema in docs/report.md).
 
 use anyhow::Result;
 
