@@ -16,6 +16,7 @@ use anyhow::{Context as _, Result};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::Notify;
 
+use crate::model::retention::GoneTwice;
 use crate::model::thread_time::thread_time_ns;
 use crate::model::unwound::{splice, PendingCopies, StackRecord, Unwound};
 use crate::model::{build_report, delta, Harvest, LiveSnapshot, Report, TraceMeta};
@@ -74,7 +75,7 @@ pub struct Watch {
     /// that exited.
     pub threads_seen: usize,
     /// Processes with a mapping list that were gone at the last `forget_dead_processes`.
-    dead_at_last_look: HashSet<u32>,
+    dead: GoneTwice<u32>,
     /// Mapping lists let go so far, for -v.
     pub mapping_lists_forgotten: usize,
     /// Per target: (faults at the first look, faults at the last look), from /proc.
@@ -555,17 +556,9 @@ impl Watch {
     /// belongs to, so that memory follows what was collected rather than every process that
     /// ever ran (`-a` during a build sees thousands).
     fn forget_dead_processes(&mut self, source: &dyn Source) {
-        let dead: HashSet<u32> = self
-            .mappings
-            .keys()
-            .copied()
-            .filter(|&pid| procfs::process_has_ended(pid))
-            .collect();
-        let long_dead: Vec<u32> = dead
-            .intersection(&self.dead_at_last_look)
-            .copied()
-            .collect();
-        self.dead_at_last_look = dead;
+        let long_dead = self
+            .dead
+            .look(self.mappings.keys().copied(), procfs::process_has_ended);
         if long_dead.is_empty() {
             return;
         }
@@ -579,7 +572,7 @@ impl Watch {
         for pid in long_dead.into_iter().filter(|pid| !owners.contains(pid)) {
             self.mappings.remove(&pid);
             self.unwinder.forget(pid);
-            self.dead_at_last_look.remove(&pid);
+            self.dead.let_go(pid);
             self.mapping_lists_forgotten += 1;
         }
     }

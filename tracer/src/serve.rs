@@ -19,6 +19,7 @@ use tracer_common::StateKey;
 
 use crate::cli::ServeArgs;
 use crate::collect::{Flow, Forget, Mark, Sink, Snapshot, Want, Watch, Windows};
+use crate::model::retention::GoneTwice;
 use crate::model::series::{Series, SeriesSettings};
 use crate::model::{Harvest, Report};
 use crate::present::openmetrics::{self, Exposition};
@@ -219,9 +220,9 @@ pub struct Server {
     next_fold: Option<Instant>,
     profiles: Vec<PendingProfile>,
     /// Processes with entries that were gone when the last fold ended.
-    gone_at_last_fold: HashSet<u32>,
+    gone_processes: GoneTwice<u32>,
     /// Threads with a lock state that were gone when the last fold ended.
-    threads_gone_at_last_fold: HashSet<u32>,
+    gone_threads: GoneTwice<u32>,
     /// Requests taken in by the last poll, answered once the snapshot they need is folded.
     asked: Vec<Request>,
 }
@@ -240,8 +241,8 @@ impl Server {
             since_start: None,
             next_fold: None,
             profiles: Vec::new(),
-            gone_at_last_fold: HashSet::new(),
-            threads_gone_at_last_fold: HashSet::new(),
+            gone_processes: GoneTwice::default(),
+            gone_threads: GoneTwice::default(),
             asked: Vec::new(),
         }
     }
@@ -267,20 +268,17 @@ impl Server {
     /// folded was read after their end, so it holds all they did (one that ended while it was
     /// read could still have had operations after it).
     fn forget_gone(&mut self, kernel: &dyn Forget, watch: &mut Watch) {
-        let seen = self.windows.processes_seen();
-        // Alive again: the pid was reused; the new process's entries stay.
+        // A pid alive again in between was reused: the new process's entries stay.
         let gone: HashSet<u32> = self
-            .gone_at_last_fold
-            .iter()
-            .copied()
-            .filter(|&pid| seen.contains(&pid) && procfs::process_has_ended(pid))
-            .collect();
-        self.gone_at_last_fold = seen
+            .gone_processes
+            .look(self.windows.processes_seen(), procfs::process_has_ended)
             .into_iter()
-            .filter(|pid| !gone.contains(pid) && procfs::process_has_ended(*pid))
             .collect();
         if gone.is_empty() {
             return;
+        }
+        for &pid in &gone {
+            self.gone_processes.let_go(pid);
         }
         match kernel.forget_processes(&gone) {
             Ok(deleted) => log::debug!(
@@ -306,21 +304,25 @@ impl Server {
                 return;
             }
         };
-        let (forget, keep): (Vec<_>, Vec<_>) = states.into_iter().partition(|(key, pending)| {
-            // Alive again: the thread id was reused; the new thread's state stays.
-            !pending
-                && self.threads_gone_at_last_fold.contains(&key.tid)
-                && !procfs::is_alive(key.tid)
-        });
-        self.threads_gone_at_last_fold = keep
-            .iter()
-            .map(|(key, _)| key.tid)
-            .filter(|&tid| !procfs::is_alive(tid))
+        // A thread id alive again in between was reused: the new thread's state stays.
+        let gone_twice: HashSet<u32> = self
+            .gone_threads
+            .look(states.iter().map(|(key, _)| key.tid), |tid| {
+                !procfs::is_alive(tid)
+            })
+            .into_iter()
             .collect();
-        if forget.is_empty() {
+        let keys: Vec<StateKey> = states
+            .into_iter()
+            .filter(|(key, pending)| !pending && gone_twice.contains(&key.tid))
+            .map(|(key, _)| key)
+            .collect();
+        if keys.is_empty() {
             return;
         }
-        let keys: Vec<StateKey> = forget.into_iter().map(|(key, _)| key).collect();
+        for key in &keys {
+            self.gone_threads.let_go(key.tid);
+        }
         match kernel.forget_threads(&keys) {
             Ok(deleted) => log::debug!(
                 "forgot {} threads that are gone: {deleted} kernel entries",

@@ -8,6 +8,7 @@ pub mod invariants;
 pub(crate) mod json_figures;
 pub mod processes;
 pub mod report;
+pub mod retention;
 pub mod schema;
 pub mod sections;
 pub mod self_cost;
