@@ -69,8 +69,13 @@ fn charge_waits_to_the_populating_writer(tracer_args: &[&str], tracepoints: &str
             )
         });
     assert!(charged > 0, "no fault wait was charged to anyone");
+    // Most of them here (63-93% on this machine). Under emulation a guest's vCPUs share one
+    // host thread and lose it for whole host time slices, so the faults' own read holds are
+    // often preempted while a writer queues: the waits behind those holds are rightly theirs
+    // (47% went to writers once on 6.12, with the host's tests running beside the guest).
+    let writers_at_least = if common::slowdown() > 1 { 3 } else { 2 };
     assert!(
-        to_writers * 2 > charged,
+        to_writers * writers_at_least > charged,
         "only {to_writers} of {charged} ns of fault waits charged to mmap/munmap"
     );
 
