@@ -37,7 +37,7 @@ pub enum WeightArg {
     Count,
 }
 
-pub use crate::probes::floor::BenchFloor;
+use crate::probes::floor::BenchFloor;
 
 /// How the report's self-cost is measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -535,8 +535,6 @@ pub fn one_line(err: &clap::Error) -> String {
     let joined = joined.strip_prefix("error: ").unwrap_or(&joined);
     format!("{joined} (see --help)")
 }
-
-pub use crate::text::error_line;
 
 /// A process id: a positive number.
 fn parse_pid(text: &str) -> Result<u32, String> {

@@ -7,10 +7,11 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Result};
 
-use crate::cli::{error_line, Cli, Format, View, WeightArg};
+use crate::cli::{Cli, Format, View, WeightArg};
 use crate::model::{report::Report, timeline::Slice};
 use crate::output::{Destination, Identity};
 use crate::present::{self, folded::Weight, svg::SvgTitle, trace_event::TimelineNames};
+use crate::text::error_line;
 
 /// Writes the report to `path`, or when that fails, to stdout; the error then says where the
 /// report went.

@@ -15,7 +15,7 @@ fn main() {
         Ok(code) => std::process::exit(code),
         Err(err) => {
             // One line: the chain of causes joined, as users of perf and bpftrace expect.
-            eprintln!("mmapsem-trace: {}", tracer::cli::error_line(&err));
+            eprintln!("mmapsem-trace: {}", tracer::text::error_line(&err));
             // A command that could not run exits as a shell would have it (127, 126).
             let code = err
                 .downcast_ref::<tracer::launch::ExecFailed>()

@@ -315,7 +315,7 @@ fn announce(view: &View, targets: &Targets, comm: &str, endpoint: Option<&crate:
         let shown = if comm.is_empty() {
             "exited".into()
         } else {
-            crate::present::escaped(comm)
+            crate::text::escaped(comm)
         };
         format!(
             "pid {} ({shown})",

@@ -104,7 +104,7 @@ impl LiveView {
         if let Some(ui) = self.ui.take() {
             match ui.join() {
                 Ok(Ok(())) => {}
-                Ok(Err(err)) => log::warn!("live view: {}", crate::cli::error_line(&err)),
+                Ok(Err(err)) => log::warn!("live view: {}", crate::text::error_line(&err)),
                 Err(_) => log::warn!("live view panicked; the exports are still written"),
             }
         }

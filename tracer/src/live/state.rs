@@ -12,7 +12,8 @@ use crate::model::{
     report::{cause_rows, Entry, Kind, Mode, Report},
     Cause, Frame, LiveSnapshot,
 };
-use crate::present::{escaped, human_ns, short_frame, text::splits_by_process};
+use crate::present::{human_ns, short_frame, text::splits_by_process};
+use crate::text::escaped;
 
 /// What the view asks of the collector.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

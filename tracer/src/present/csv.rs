@@ -151,7 +151,7 @@ fn stack(e: &Entry) -> String {
 fn push_row(out: &mut String, fields: impl Iterator<Item = String>) {
     // Names the target controls are in several fields: a control character in any would
     // reach whoever reads the file in a terminal.
-    let fields: Vec<String> = fields.map(|f| quote(&super::escaped(&f))).collect();
+    let fields: Vec<String> = fields.map(|f| quote(&crate::text::escaped(&f))).collect();
     let _ = writeln!(out, "{}", fields.join(","));
 }
 

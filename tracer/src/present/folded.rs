@@ -147,7 +147,7 @@ fn frame_name(f: &Frame) -> String {
 /// `;` separates frames and a line ends the record: neither may appear inside a name, nor may
 /// any other control character the target put in a name.
 fn sanitize(name: &str) -> String {
-    super::escaped(name).replace(';', ":")
+    crate::text::escaped(name).replace(';', ":")
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ pub mod text;
 pub mod trace_event;
 
 use crate::model::Frame;
-pub use crate::text::{escaped, escaped_path};
+use crate::text::escaped;
 
 /// `module+0xFILE_OFFSET` for a frame without a symbol (`addr2line -e module 0xOFFSET` takes
 /// it), with the runtime address only where no file offset is known (kernel, unknown module).

@@ -19,7 +19,8 @@ use crate::model::{
     report::{Entry, Kind, Report},
     Frame,
 };
-use crate::present::{escaped, unnamed_frame};
+use crate::present::unnamed_frame;
+use crate::text::escaped;
 
 /// The schema of profile.proto (github.com/google/pprof/proto), the fields used here.
 mod proto {

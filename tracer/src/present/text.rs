@@ -14,7 +14,8 @@ use crate::model::{
     Cause, Frame,
 };
 
-use super::{escaped, human_ns, unnamed_frame};
+use super::{human_ns, unnamed_frame};
+use crate::text::escaped;
 
 pub fn render(report: &Report, top: usize) -> String {
     let mut out = String::new();
