@@ -307,7 +307,7 @@ mod tests {
             &RunStats::Unavailable("needs CAP_SYS_ADMIN".into()),
             1,
             1,
-            0,
+            Default::default(),
         );
         let (terminal, _) = script(vec![Input::Data(Box::new(snapshot))]);
         let text = screen(&terminal);

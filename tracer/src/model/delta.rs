@@ -34,7 +34,7 @@ pub fn since(now: &Harvest, before: &Harvest) -> Harvest {
         timeline: _,
         estimated_user_stacks,
         run_stats,
-        tracer_cpu_ns,
+        tracer_cpu,
     } = now;
     let earlier: HashMap<&AggKey, &AggValue> =
         before.entries.iter().map(|e| (&e.key, &e.value)).collect();
@@ -64,7 +64,7 @@ pub fn since(now: &Harvest, before: &Harvest) -> Harvest {
         sleeps: keyed_since(sleeps, &before.sleeps, |n, o| n.saturating_sub(*o)),
         sections: sections.since(&before.sections),
         run_stats: super::self_cost::since(run_stats, &before.run_stats),
-        tracer_cpu_ns: tracer_cpu_ns.saturating_sub(before.tracer_cpu_ns),
+        tracer_cpu: tracer_cpu.since(&before.tracer_cpu),
         // The window's timeline is read from its ring buffer, not from snapshots.
         timeline: Vec::new(),
         // Lookup tables and states: as they are now.
@@ -193,7 +193,7 @@ pub fn without_threads(harvest: &Harvest) -> Harvest {
         timeline,
         estimated_user_stacks,
         run_stats,
-        tracer_cpu_ns,
+        tracer_cpu,
     } = harvest;
     let untid = |mut key: AggKey| {
         if key.locker_pid == 0 {
@@ -251,7 +251,7 @@ pub fn without_threads(harvest: &Harvest) -> Harvest {
         features: *features,
         timeline: timeline.clone(),
         run_stats: run_stats.clone(),
-        tracer_cpu_ns: *tracer_cpu_ns,
+        tracer_cpu: *tracer_cpu,
     }
 }
 

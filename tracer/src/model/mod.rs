@@ -101,8 +101,8 @@ pub struct Harvest {
     pub estimated_user_stacks: HashSet<AggKey>,
     /// The tracer's own programs' runs and run time, cumulative like the maps.
     pub run_stats: self_cost::RunStats,
-    /// The tracer process's own CPU time (user and system) since the trace started.
-    pub tracer_cpu_ns: u64,
+    /// The tracer process's own CPU time since the trace started.
+    pub tracer_cpu: self_cost::TracerCpu,
 }
 
 impl Harvest {

@@ -62,7 +62,7 @@ pub fn build_report(harvest: &Harvest, symbols: &Symbols, meta: &TraceMeta) -> R
             &harvest.run_stats,
             meta.duration_ns,
             meta.thread_time_ns,
-            harvest.tracer_cpu_ns,
+            harvest.tracer_cpu,
         ),
     }
 }

@@ -36,6 +36,25 @@ impl Default for RunStats {
     }
 }
 
+/// The tracer process's own CPU time, and the wall time it was measured over (both since the
+/// trace started, cumulative like the maps).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TracerCpu {
+    /// User and system time of all its threads.
+    pub cpu_ns: u64,
+    pub wall_ns: u64,
+}
+
+impl TracerCpu {
+    /// What was used after `before`.
+    pub fn since(&self, before: &TracerCpu) -> TracerCpu {
+        TracerCpu {
+            cpu_ns: self.cpu_ns.saturating_sub(before.cpu_ns),
+            wall_ns: self.wall_ns.saturating_sub(before.wall_ns),
+        }
+    }
+}
+
 /// What the programs ran after `before` and up to `now` (cumulative readings of one trace). A
 /// program missing from `before` ran all of its counts in the window.
 pub fn since(now: &RunStats, before: &RunStats) -> RunStats {
@@ -101,8 +120,9 @@ pub struct SelfCost {
     /// symbols come after the trace). Not in `added_ns`: it runs beside the traced threads rather
     /// than inside them, but it is taken from the same machine.
     pub tracer_cpu_ns: u64,
-    /// `tracer_cpu_ns` / the window: the share of one CPU the tracer process used; null for an
-    /// empty window.
+    /// `tracer_cpu_ns` over the wall time it was measured in (from the window's start to its
+    /// harvest, which for a final report is a little after the trace's end): the share of one
+    /// CPU the tracer process used; null for an empty window.
     pub tracer_cpu_share: Option<f64>,
 }
 
@@ -133,16 +153,17 @@ impl SelfCost {
 }
 
 /// The self-cost of a window `duration_ns` long in which the traced threads lived
-/// `thread_time_ns` (0: not known) and the tracer process used `tracer_cpu_ns` of CPU.
+/// `thread_time_ns` (0: not known), beside which the tracer process used `tracer`.
 pub fn self_cost(
     stats: &RunStats,
     duration_ns: u64,
     thread_time_ns: u64,
-    tracer_cpu_ns: u64,
+    tracer: TracerCpu,
 ) -> SelfCost {
     SelfCost {
-        tracer_cpu_ns,
-        tracer_cpu_share: (duration_ns > 0).then(|| tracer_cpu_ns as f64 / duration_ns as f64),
+        tracer_cpu_ns: tracer.cpu_ns,
+        tracer_cpu_share: (tracer.wall_ns > 0)
+            .then(|| tracer.cpu_ns as f64 / tracer.wall_ns as f64),
         ..programs_cost(stats, duration_ns, thread_time_ns)
     }
 }
@@ -263,7 +284,15 @@ pub(crate) mod tests {
             runs("dear", 1_000, 700_000),
             runs("idle", 0, 0),
         ]);
-        let cost = self_cost(&stats, 2_000_000_000, 4_000_000_000, 50_000_000);
+        let cost = self_cost(
+            &stats,
+            2_000_000_000,
+            4_000_000_000,
+            TracerCpu {
+                cpu_ns: 50_000_000,
+                wall_ns: 2_000_000_000,
+            },
+        );
         assert!(cost.available && cost.reason.is_none());
         assert_eq!(cost.tracer_cpu_ns, 50_000_000);
         assert_eq!(
@@ -291,7 +320,7 @@ pub(crate) mod tests {
             programs: vec![runs("cheap", 300, 30_000), runs("dear", 100, 70_000)],
             counted_ns: 200_000_000,
         };
-        let cost = self_cost(&stats, 2_000_000_000, 4_000_000_000, 0);
+        let cost = self_cost(&stats, 2_000_000_000, 4_000_000_000, TracerCpu::default());
         assert!(cost.available && cost.sampled());
         assert_eq!(cost.counted_share, Some(0.1));
         assert_eq!(cost.events_per_second, Some(2_000.0));
@@ -308,7 +337,7 @@ pub(crate) mod tests {
             programs: vec![runs("p", 0, 0)],
             counted_ns: 0,
         };
-        let cost = self_cost(&stats, 1_000_000_000, 1, 0);
+        let cost = self_cost(&stats, 1_000_000_000, 1, TracerCpu::default());
         assert!(!cost.available);
         assert!(cost.reason.unwrap().contains("sampled"));
     }
@@ -341,14 +370,22 @@ pub(crate) mod tests {
     #[test]
     fn unknown_thread_time_leaves_no_share() {
         let stats = RunStats::Counted(vec![runs("p", 1, 500)]);
-        let cost = self_cost(&stats, 0, 0, 0);
+        let cost = self_cost(&stats, 0, 0, TracerCpu::default());
         assert_eq!(cost.events_per_second, Some(0.0));
         assert_eq!(cost.added_share, None);
     }
 
     #[test]
     fn unavailable_says_why_and_measures_nothing() {
-        let cost = self_cost(&RunStats::Unavailable("EPERM".into()), 1_000, 1, 10);
+        let cost = self_cost(
+            &RunStats::Unavailable("EPERM".into()),
+            1_000,
+            1,
+            TracerCpu {
+                cpu_ns: 10,
+                wall_ns: 1_000,
+            },
+        );
         assert_eq!(
             cost.tracer_cpu_share,
             Some(0.01),

@@ -63,7 +63,7 @@ mod tests {
             serde_json::json!({"available": false, "reason": "no BPF_ENABLE_STATS",
                 "programs": [], "events_per_second": null, "added_ns": null,
                 "added_share": null, "counted_share": null,
-                "tracer_cpu_ns": 0, "tracer_cpu_share": 0.0})
+                "tracer_cpu_ns": 0, "tracer_cpu_share": null})
         );
     }
 }

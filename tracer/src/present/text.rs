@@ -548,7 +548,7 @@ mod tests {
     use crate::model::{
         build_report,
         report::tests::{attributed, sample},
-        self_cost::RunStats,
+        self_cost::{RunStats, TracerCpu},
     };
 
     fn rendered() -> String {
@@ -682,7 +682,10 @@ mod tests {
     #[test]
     fn self_cost_closes_the_report() {
         let (mut harvest, symbols, meta) = sample();
-        harvest.tracer_cpu_ns = meta.duration_ns / 50;
+        harvest.tracer_cpu = TracerCpu {
+            cpu_ns: meta.duration_ns / 50,
+            wall_ns: meta.duration_ns,
+        };
         let text = render(&build_report(&harvest, &symbols, &meta), 10);
         let section = &text[text.find("\nSelf-cost:").expect(&text)..];
         let lines: Vec<&str> = section.trim().lines().collect();
@@ -731,7 +734,10 @@ mod tests {
         let (mut harvest, symbols, mut meta) = sample();
         harvest.run_stats = RunStats::Unavailable("BPF_ENABLE_STATS needs CAP_SYS_ADMIN".into());
         meta.thread_time_ns = 0;
-        harvest.tracer_cpu_ns = meta.duration_ns / 100;
+        harvest.tracer_cpu = TracerCpu {
+            cpu_ns: meta.duration_ns / 100,
+            wall_ns: meta.duration_ns,
+        };
         let text = render(&build_report(&harvest, &symbols, &meta), 10);
         let unavailable = "\n\nSelf-cost: unavailable (BPF_ENABLE_STATS needs CAP_SYS_ADMIN)\n";
         let at = text.find(unavailable).expect(&text);

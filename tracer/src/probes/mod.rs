@@ -238,8 +238,8 @@ pub struct Probes {
     lean_array: bool,
     /// Keeps the kernel counting the programs' runs.
     run_stats: self_cost::RunTimeStats,
-    /// This process's CPU time when the trace started (`start_self_cost`).
-    cpu_at_start_ns: u64,
+    /// This process's CPU time, and when, at the trace's start (`start_self_cost`).
+    cpu_at_start: (u64, Instant),
     /// When the trace started (monotonic ns; 0 until set_trace_start).
     trace_start_ns: u64,
     classic_links: ClassicLinks,
@@ -548,7 +548,7 @@ impl Probes {
             slots: settings.target_slots.then(Vec::new),
             lean_array: settings.target_slots && !settings.attribution && !settings.per_thread,
             run_stats: self_cost::RunTimeStats::enable(settings.self_cost),
-            cpu_at_start_ns: self_cost::process_cpu_ns(),
+            cpu_at_start: (self_cost::process_cpu_ns(), Instant::now()),
             trace_start_ns: 0,
             classic_links,
             agg_capacity: settings.max_entries as usize,
@@ -835,7 +835,7 @@ fn read_maps(probes: &Probes, timeline: Vec<tracer_common::TimelineEvent>) -> Re
         features: probes.features,
         timeline,
         run_stats: self_cost::read_runs(ebpf, &probes.run_stats),
-        tracer_cpu_ns: self_cost::process_cpu_ns().saturating_sub(probes.cpu_at_start_ns),
+        tracer_cpu: self_cost::tracer_cpu_since(probes.cpu_at_start),
         ..Harvest::default()
     };
     for family in &FAMILIES {

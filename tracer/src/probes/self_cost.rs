@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use aya::{maps::Map, maps::MapData, sys::Stats, Ebpf};
 
 use super::Probes;
-use crate::model::self_cost::{since, ProgramRuns, RunStats};
+use crate::model::self_cost::{since, ProgramRuns, RunStats, TracerCpu};
 
 /// How the programs' runs are counted (`--self-cost`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -303,11 +303,19 @@ pub fn process_cpu_ns() -> u64 {
     (now.tv_sec as u64) * 1_000_000_000 + now.tv_nsec as u64
 }
 
+/// This process's CPU time and the wall time since `start` (its CPU time then, and when).
+pub fn tracer_cpu_since(start: (u64, Instant)) -> TracerCpu {
+    TracerCpu {
+        cpu_ns: process_cpu_ns().saturating_sub(start.0),
+        wall_ns: u64::try_from(start.1.elapsed().as_nanos()).unwrap_or(u64::MAX),
+    }
+}
+
 impl Probes {
     /// Counts the programs' runs from now on: call it when the trace starts (at arming), so
     /// that runs per second are over the trace's duration.
     pub fn start_self_cost(&mut self) {
-        self.cpu_at_start_ns = process_cpu_ns();
+        self.cpu_at_start = (process_cpu_ns(), Instant::now());
         if let RunTimeStats::Counting {
             start,
             start_counted,
