@@ -332,13 +332,9 @@ pub struct LockState {
     pub off_kind: u8,
     /// 1 while the current lock operation serves a user page fault (see AggKey::fault).
     pub fault: u8,
-    /// Bit n set: this thread's last hold taken for cause n (1 + index into MM_SYSCALLS, 0
-    /// outside them) crossed the stack threshold. Kept across lock operations, so that the
-    /// stacks of a hold expected to be long are walked before the lock is taken.
-    pub long_holds: u8,
-    /// The same for waits: bit n set when this thread's last wait for cause n crossed the
-    /// stack threshold.
-    pub long_waits: u8,
+    /// 1 once this lock operation's wait went to sleep in the rwsem slow path
+    /// (lock:contention_begin): its holders were taken and its stacks walked then, once.
+    pub slept: u8,
     /// 1 when this lock operation was picked by the sampler for stacks and a user stack copy
     /// although it was not expected to be long: its events keep their stacks whatever their
     /// length.
@@ -346,10 +342,10 @@ pub struct LockState {
     /// 1 + index into MM_SYSCALLS of the mm syscall this lock operation serves, or 0 (managed
     /// by the eBPF programs, from start_locking: no lookup inside the critical section).
     pub cause: u8,
-    pub _pad: [u8; 6],
-    /// Kernel and user stacks walked at start_locking, when the wait began behind a holder
-    /// (managed by the eBPF programs): outside the critical section, where walking costs only
-    /// the waiter. The wait and the hold that follows reuse them.
+    pub _pad: [u8; 7],
+    /// Kernel and user stacks walked outside the critical section (managed by the eBPF
+    /// programs): at start_locking for a sampled operation, at contention_begin for a wait
+    /// that sleeps. The wait and the hold that follows reuse them.
     pub start_kernel_stack: i32,
     pub start_user_stack: i32,
     /// Id (bpf_ktime_get_ns at copy time) of the user stack copy this lock operation sent to
@@ -378,11 +374,10 @@ impl LockState {
         off_stack: crate::NO_STACK,
         off_kind: 0,
         fault: 0,
-        long_holds: 0,
-        long_waits: 0,
+        slept: 0,
         user_copy_sampled: 0,
         cause: 0,
-        _pad: [0; 6],
+        _pad: [0; 7],
         start_kernel_stack: crate::NO_STACK,
         start_user_stack: crate::NO_STACK,
         user_copy_id: 0,
@@ -392,23 +387,6 @@ impl LockState {
         pending_wait: PendingAgg::ZERO,
         pending_holds: [PendingAgg::ZERO; 2],
     };
-}
-
-/// Bit `cause` of a history byte (causes past 7 have no bit and are never expected long).
-#[inline(always)]
-fn has_bit(bits: u8, cause: u8) -> bool {
-    cause < 8 && bits & (1 << cause) != 0
-}
-
-#[inline(always)]
-fn set_bit(bits: &mut u8, cause: u8, on: bool) {
-    if cause < 8 {
-        if on {
-            *bits |= 1 << cause;
-        } else {
-            *bits &= !(1 << cause);
-        }
-    }
 }
 
 /// One tracepoint hit, decoded.
@@ -472,8 +450,7 @@ impl LockState {
         self.timing.is_idle()
     }
 
-    /// Back to idle, keeping only what predicts the thread's next lock operation and what the
-    /// last one left to do (the syscall's lock time, pending aggregation and its blockers).
+    /// Back to idle, keeping only what the last lock operation left to do (the syscall's lock time, pending aggregation and its blockers).
     /// Field by field: a whole-struct store compiles to a memset loop that the verifier walks
     /// byte by byte.
     #[inline(always)]
@@ -489,30 +466,6 @@ impl LockState {
         if self.pending_wait.is_some() {
             (self.blockers.count, self.blockers.write_mask) = (count, mask);
         }
-    }
-
-    /// Whether the last hold this thread took for `cause` crossed the stack threshold.
-    #[inline(always)]
-    pub fn expects_long_hold(&self, cause: u8) -> bool {
-        has_bit(self.long_holds, cause)
-    }
-
-    /// Whether the last wait this thread made for `cause` crossed the stack threshold.
-    #[inline(always)]
-    pub fn expects_long_wait(&self, cause: u8) -> bool {
-        has_bit(self.long_waits, cause)
-    }
-
-    /// Remembers whether the hold just ended for `cause` crossed the stack threshold.
-    #[inline(always)]
-    pub fn note_hold_length(&mut self, cause: u8, long: bool) {
-        set_bit(&mut self.long_holds, cause, long);
-    }
-
-    /// Remembers whether the wait just ended for `cause` crossed the stack threshold.
-    #[inline(always)]
-    pub fn note_wait_length(&mut self, cause: u8, long: bool) {
-        set_bit(&mut self.long_waits, cause, long);
     }
 
     /// Advances the state by one event at time `now` and says what to record: the timing's
@@ -577,8 +530,8 @@ impl LockState {
     }
 
     /// A new lock operation: nothing of the last one carries over (a trylock miss that was never
-    /// followed by a lock leaves its stacks, copy, cause and blockers behind), but the history
-    /// that predicts this one and the syscall time not yet handed over.
+    /// followed by a lock leaves its stacks, copy, cause and blockers behind), but the syscall
+    /// time not yet handed over.
     #[inline(always)]
     fn begin_operation(&mut self) {
         // SAFETY: a valid state, borrowed whole.
@@ -596,6 +549,7 @@ unsafe fn begin_operation_at(s: *mut LockState) {
         (*s).contended_ns = 0;
         (*s).fault = 0;
         (*s).user_copy_sampled = 0;
+        (*s).slept = 0;
         (*s).cause = 0;
         (*s).start_kernel_stack = crate::NO_STACK;
         (*s).start_user_stack = crate::NO_STACK;
@@ -854,7 +808,7 @@ mod tests {
         s.cause = 3;
         s.fault = 1;
         s.blockers.count = 1;
-        s.long_holds = 0b10;
+        s.slept = 1;
         s.syscall_hold_ns = 40;
         s.step(missed(R), 1_050);
         assert!(!s.is_idle(), "a miss waits to see whether a lock follows");
@@ -863,9 +817,12 @@ mod tests {
             (s.start_kernel_stack, s.start_user_stack, s.user_copy_id),
             (NO_STACK, NO_STACK, 0)
         );
-        assert_eq!((s.user_copy_sampled, s.cause, s.fault), (0, 0, 0));
+        assert_eq!(
+            (s.user_copy_sampled, s.slept, s.cause, s.fault),
+            (0, 0, 0, 0)
+        );
         assert_eq!(s.blockers, Blockers::ZERO);
-        assert_eq!((s.long_holds, s.syscall_hold_ns), (0b10, 40));
+        assert_eq!(s.syscall_hold_ns, 40);
     }
 
     #[test]
@@ -1041,29 +998,16 @@ mod tests {
     }
 
     #[test]
-    fn hold_history_survives_the_reset_to_idle() {
+    fn the_reset_to_idle_keeps_only_the_syscalls_time() {
         let mut st = LockState::ZERO;
-        st.note_hold_length(2, true);
-        st.note_hold_length(0, true);
-        st.note_hold_length(0, false);
-        st.note_hold_length(9, true);
-        st.note_wait_length(1, true);
-        st.note_wait_length(2, false);
         st.timing.hold_start_ns = 5;
         st.syscall_hold_ns = 9;
         st.user_copy_id = 7;
         st.user_copy_sampled = 1;
+        st.slept = 1;
         st.reset_keeping_history();
         assert!(st.is_idle());
-        assert_eq!((st.user_copy_id, st.user_copy_sampled), (0, 0));
-        assert!(st.expects_long_hold(2));
-        assert!(!st.expects_long_hold(0));
-        assert!(!st.expects_long_hold(9));
-        assert!(st.expects_long_wait(1));
-        assert!(
-            !st.expects_long_wait(2),
-            "waits and holds keep separate histories"
-        );
+        assert_eq!((st.user_copy_id, st.user_copy_sampled, st.slept), (0, 0, 0));
         assert_eq!(st.syscall_hold_ns, 9, "handed to the syscall at its exit");
     }
 }

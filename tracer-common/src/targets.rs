@@ -1,5 +1,5 @@
-//! The listed targets the programs recognise without a hash lookup, and the lean path's
-//! per-target aggregation (`--lean`).
+//! The listed targets the programs recognise without a hash lookup, and their per-CPU
+//! aggregation of operations without stacks (all of `--lean`'s; the defaults' short ones).
 
 use crate::{LockTiming, StateKey};
 
@@ -15,12 +15,38 @@ pub struct FastTargets {
     pub mms: [u64; FAST_TARGETS],
 }
 
-/// Entries of the LEAN_AGG per-CPU array: one per (target slot, kind, mode).
-pub const LEAN_AGG_SLOTS: u32 = (FAST_TARGETS * 4) as u32;
+/// Causes a LEAN_AGG entry is kept by: none, the mm syscalls (1 + index into MM_SYSCALLS), and
+/// a user page fault outside them.
+pub const FAST_CAUSES: u32 = 1 + crate::MM_SYSCALLS.len() as u32 + 1;
+
+/// Entries of the LEAN_AGG per-CPU array: one per (target slot, kind, mode, cause).
+pub const LEAN_AGG_SLOTS: u32 = FAST_TARGETS as u32 * 4 * FAST_CAUSES;
+
+/// The LEAN_AGG cause of an operation's (syscall, fault), if it has one (a fault inside an mm
+/// syscall has none: the general path keeps it).
+#[inline(always)]
+pub fn fast_cause(syscall: u8, fault: u8) -> Option<u32> {
+    match (syscall as u32, fault) {
+        (0, 0) => Some(0),
+        (0, _) => Some(FAST_CAUSES - 1),
+        (s, 0) if s < FAST_CAUSES - 1 => Some(s),
+        _ => None,
+    }
+}
+
+/// The (syscall, fault) of a LEAN_AGG cause: `fast_cause`'s inverse.
+pub fn cause_parts(cause: u32) -> (u8, u8) {
+    if cause == FAST_CAUSES - 1 {
+        (0, 1)
+    } else {
+        (cause as u8, 0)
+    }
+}
 
 #[inline(always)]
-pub fn lean_agg_index(slot: usize, kind: u8, mode: u8) -> u32 {
-    (slot as u32 % FAST_TARGETS as u32) * 4 + (kind as u32 & 1) * 2 + (mode as u32 & 1)
+pub fn lean_agg_index(slot: usize, kind: u8, mode: u8, cause: u32) -> u32 {
+    let slot = slot as u32 % FAST_TARGETS as u32;
+    ((slot * 4 + (kind as u32 & 1) * 2 + (mode as u32 & 1)) * FAST_CAUSES) + cause % FAST_CAUSES
 }
 
 #[cfg(feature = "user")]
@@ -65,13 +91,28 @@ mod tests {
         for slot in 0..FAST_TARGETS {
             for kind in [KIND_WAIT, KIND_HOLD] {
                 for mode in [MODE_READ, MODE_WRITE] {
-                    let i = lean_agg_index(slot, kind, mode) as usize;
-                    assert!(!seen[i], "{slot} {kind} {mode}");
-                    seen[i] = true;
+                    for cause in 0..FAST_CAUSES {
+                        let i = lean_agg_index(slot, kind, mode, cause) as usize;
+                        assert!(!seen[i], "{slot} {kind} {mode} {cause}");
+                        seen[i] = true;
+                    }
                 }
             }
         }
         assert!(seen.iter().all(|&s| s));
+    }
+
+    #[test]
+    fn every_cause_but_a_fault_inside_a_syscall_has_a_slot_and_comes_back() {
+        for syscall in 0..=crate::MM_SYSCALLS.len() as u8 {
+            for fault in [0, 1] {
+                match fast_cause(syscall, fault) {
+                    Some(cause) => assert_eq!(cause_parts(cause), (syscall, fault)),
+                    None => assert!(syscall != 0 && fault != 0, "{syscall} {fault}"),
+                }
+            }
+        }
+        assert_eq!(fast_cause(crate::MM_SYSCALLS.len() as u8 + 1, 0), None);
     }
 
     #[test]

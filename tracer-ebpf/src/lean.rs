@@ -4,6 +4,11 @@
 //! durations added to the per-CPU LEAN_AGG array by (target, kind, mode) with their log2
 //! histogram, which also stands for the targets' own totals of acquisitions, waits and holds.
 //! Nothing is inserted per event.
+//!
+//! The defaults add their short operations to the same array, by cause as well (`add_short`):
+//! a wait or hold of a listed target's own thread with no stacks, no thread id and nobody to
+//! charge it to, which is most of them on a busy lock, costs an array add instead of a hash
+//! lookup and atomic adds left pending to the thread's next step.
 
 use aya_ebpf::{
     helpers::bpf_ktime_get_ns,
@@ -11,8 +16,9 @@ use aya_ebpf::{
     maps::{Array, PerCpuArray},
 };
 use tracer_common::{
-    lean_agg_index, lean_thread_index, AggValue, Counter, LeanThread, LockTiming, StateKey,
-    KIND_HOLD, KIND_WAIT, LEAN_AGG_SLOTS, LEAN_THREAD_SLOTS, MODE_WRITE,
+    fast_cause, lean_agg_index, lean_thread_index, AggKey, AggValue, Counter, LeanThread,
+    LockTiming, OffCpu, StateKey, KIND_HOLD, KIND_WAIT, LEAN_AGG_SLOTS, LEAN_THREAD_SLOTS,
+    MODE_WRITE, NO_STACK,
 };
 
 use crate::{
@@ -82,9 +88,46 @@ pub fn on_lock_event(locker: &Locker, args: &LockArgs) {
 
 #[inline(always)]
 fn add(slot: usize, kind: u8, mode: u8, ns: u64) {
-    if let Some(value) = LEAN_AGG.get_ptr_mut(lean_agg_index(slot, kind, mode)) {
+    if let Some(value) = LEAN_AGG.get_ptr_mut(lean_agg_index(slot, kind, mode, 0)) {
         unsafe { (*value).add(ns) };
     }
+}
+
+/// What a short operation of the defaults adds beside its duration: the part of a wait spent
+/// asleep, or the off-CPU parts of a hold.
+pub enum Parts<'a> {
+    Wait { contended_ns: u64 },
+    Hold(&'a OffCpu),
+}
+
+/// Adds a finished wait or hold of the defaults to LEAN_AGG when its key needs nothing else
+/// (no stacks, no thread id, a listed target's own thread, a cause with a slot); the caller
+/// has checked that it is charged to nobody. False: the caller aggregates it by its key.
+#[inline(always)]
+pub fn add_short(locker: &Locker, key: &AggKey, ns: u64, parts: Parts) -> bool {
+    let plain = key.kernel_stack == NO_STACK
+        && key.user_stack == NO_STACK
+        && key.tid == 0
+        && key.locker_pid == 0
+        && locker.slot != NO_SLOT;
+    let Some(cause) = fast_cause(key.syscall, key.fault).filter(|_| plain) else {
+        return false;
+    };
+    let index = lean_agg_index(locker.slot, key.kind, key.mode, cause);
+    let Some(value) = LEAN_AGG.get_ptr_mut(index) else {
+        return false;
+    };
+    let value = unsafe { &mut *value };
+    value.add(ns);
+    match parts {
+        Parts::Wait { contended_ns } => value.contended_ns += contended_ns,
+        Parts::Hold(off) => {
+            value.runnable_ns += off.runnable_ns;
+            value.sleeping_ns += off.sleeping_ns;
+            value.uninterruptible_ns += off.uninterruptible_ns;
+        }
+    }
+    true
 }
 
 /// The lock timing of `key`, and whether it was created just now (the thread's first event, or

@@ -23,7 +23,8 @@ use tracer_common::{
 use crate::{
     blockers::{self, EndedHold},
     context::{BtfRegs, ClassicRegs, Regs},
-    faults, lean,
+    faults,
+    lean::{self, Parts},
     maps::{
         armed, atomic_add, config, count, count_key, keeps_thread, on_stack, slot_of, AGG,
         BPF_NOEXIST, EEXIST, FULL_AGG, FULL_SLEEPS, LOCK_STATE, STACKS, TID_HOLDING, TOTALS,
@@ -438,13 +439,9 @@ fn on_lock_event<R: Family>(st: &mut LockState, call: &mut LockCall, hook: Hook)
     };
     // Whatever asks for stacks does so here, before the state changes: the second call, with
     // the stacks, takes the same decisions.
-    let plan = if attribute && new_wait {
-        plan_wait(&locker, mm, st, call, now, entry)
-    } else {
-        WaitPlan::NONE
-    };
+    let sampled = attribute && new_wait && sampled_once(&locker, call);
     let wants_stacks = if is_start {
-        plan.expected_long
+        sampled
     } else {
         ends_past_late_threshold(st, event, now)
     };
@@ -465,7 +462,7 @@ fn on_lock_event<R: Family>(st: &mut LockState, call: &mut LockCall, hook: Hook)
     }
 
     if new_wait {
-        if attribute && begin_attributed_wait::<R>(&locker, st, now, entry, &plan, call) {
+        if attribute && begin_attributed_wait::<R>(&locker, st, now, entry, sampled, call) {
             // The wait is timed from after the tracer's own work (microseconds of stack walks
             // and copying): what the thread spends waiting for the lock, not for the tracer.
             st.timing.wait_start_ns = unsafe { bpf_ktime_get_ns() };
@@ -509,91 +506,64 @@ fn decode_mode(args: &LockArgs) -> u8 {
     }
 }
 
-/// What a new wait with attribution on will do, decided before the state changes: the holders
-/// it waits behind (written to the state's blockers, marked as blocking, and a writer queued:
-/// all idempotent, so the second call finds the same), and whether its stacks (and user stack
-/// copy) are taken now. The step that follows clears the blockers' count and mask, which
-/// `begin_attributed_wait` puts back.
-struct WaitPlan {
-    count: u32,
-    write_mask: u32,
-    expected_long: bool,
-    sampled: bool,
-}
-
-impl WaitPlan {
-    const NONE: WaitPlan = WaitPlan {
-        count: 0,
-        write_mask: 0,
-        expected_long: false,
-        sampled: false,
-    };
-}
-
-/// Walk the stacks at start_locking, when this operation is expected to be long, rather than at
-/// acquire or release, which run inside the critical section where every waiter pays for the
-/// walk. A wait is expected long when it queued behind a hold that has already lasted the stack
-/// threshold, or behind anyone when this thread's last wait for the same cause crossed it; a
-/// hold, when its predecessor for the same cause did. Merely queueing predicts nothing: on a
-/// busy lock most waits behind a holder last microseconds. A sample of the other operations
-/// gets its stacks too (`user_copy_sampled` keeps them whatever their length), so that the
-/// common short paths are named; the sampler draws once, in the first call. The thread's last
-/// wait, which the blockers served, was aggregated by `pending_flush` before this call.
+/// Whether the sampler picked this new wait's operation for stacks and a user stack copy
+/// (`user_copy_sampled` keeps them whatever its length), so that the common short paths are
+/// named; it draws once, in the first call. No operation is walked for what it is expected to
+/// be: the others get their stacks when their wait goes to sleep (`wait_sleeps`) or, past the
+/// late threshold, when they end.
 #[inline(always)]
-fn plan_wait(
-    locker: &Locker,
-    mm: u64,
-    st: &mut LockState,
-    call: &mut LockCall,
-    now: u64,
-    entry: Entry,
-) -> WaitPlan {
-    blockers::begin_wait(locker, mm, call.write != 0, &mut st.blockers);
-    let cause = entry.syscall;
-    let queued = st.blockers.count != 0;
-    let foreseen = (queued
-        && (st.blockers.longest_held(now) >= config().stack_threshold_ns
-            || st.expects_long_wait(cause)))
-        || st.expects_long_hold(cause);
+fn sampled_once(locker: &Locker, call: &mut LockCall) -> bool {
     if call.walked == 0 {
-        call.sampled = (!foreseen && user_stacks::sample_at_start(locker)) as u32;
+        call.sampled = user_stacks::sample_at_start(locker) as u32;
     }
-    let sampled = call.sampled != 0;
-    WaitPlan {
-        count: st.blockers.count,
-        write_mask: st.blockers.write_mask,
-        expected_long: foreseen || sampled,
-        sampled,
-    }
+    call.sampled != 0
 }
 
-/// A new wait with attribution on: whether it serves a fault, which holders it waits behind,
-/// and, when it is expected to be long, its stacks (walked by the program) and user stack copy.
-/// Returns whether it took them.
+/// A new wait with attribution on: whether it serves a fault, its cause and, when sampled, its
+/// stacks (walked by the program) and user stack copy. Returns whether it took them.
 #[inline(always)]
 fn begin_attributed_wait<R: CopyUserStack>(
     locker: &Locker,
     st: &mut LockState,
     now: u64,
     entry: Entry,
-    plan: &WaitPlan,
+    sampled: bool,
     call: &LockCall,
 ) -> bool {
     st.fault = entry.fault as u8;
     if entry.fault {
         faults::count_fault_lock();
     }
-    (st.blockers.count, st.blockers.write_mask) = (plan.count, plan.write_mask);
     st.cause = entry.syscall;
-    if plan.sampled {
-        st.user_copy_sampled = 1;
+    if !sampled {
+        return false;
     }
-    if st.start_kernel_stack != NO_STACK || !plan.expected_long {
+    st.user_copy_sampled = 1;
+    if st.start_kernel_stack != NO_STACK {
         return false;
     }
     (st.start_kernel_stack, st.start_user_stack) = (call.kernel_stack, call.user_stack);
     user_stacks::copy_at_start::<R>(locker, st, now);
     true
+}
+
+/// lock:contention_begin on a target's mmap_lock, in a wait with attribution on: the thread
+/// is about to sleep, so what names its wait is done now, once, where it costs the sleeper
+/// alone: the holders it queues behind (charged when it ends), and its stacks and user stack
+/// copy, which the hold that follows reuses. Waits that never sleep (an uncontended lock, a
+/// writer's short optimistic spin) pay none of it.
+#[inline(always)]
+pub fn wait_sleeps<R: CopyUserStack, C: StackIdContext>(ctx: &C, st: &mut LockState, mm: u64) {
+    st.slept = 1;
+    let Some(locker) = classified(&mm) else {
+        return;
+    };
+    let write = st.timing.wait_mode == MODE_WRITE;
+    blockers::begin_wait(&locker, mm, write, &mut st.blockers);
+    if st.start_kernel_stack == NO_STACK {
+        (st.start_kernel_stack, st.start_user_stack) = walk_stacks(ctx);
+        user_stacks::copy_at_start::<R>(&locker, st, unsafe { bpf_ktime_get_ns() });
+    }
 }
 
 /// Whether this acquire or release ends a wait or hold that `agg_key` will want stacks for and
@@ -740,20 +710,26 @@ pub struct Ended {
     pub _pad: [u8; 3],
 }
 
-/// Records a finished wait: totals, history, key, timeline, user stack event, and its
-/// aggregation left pending until the thread is outside the lock.
+/// Records a finished wait: totals, key, timeline, user stack event, and its aggregation: in
+/// LEAN_AGG when short and charged to nobody, else left pending until the thread is outside
+/// the lock.
 #[inline(always)]
 fn wait_ended<R: CopyUserStack>(st: &mut LockState, end: &Ended) {
     let locker = end.locker;
     let (mode, ns) = (end.mode, end.ns);
     let reason = end.reason();
     add_totals(locker.outside_pid != 0, mode, |t| t.add_wait(ns));
-    st.note_wait_length(reason.syscall, ns >= config().stack_threshold_ns);
     let late = (end.late_stacks[0], end.late_stacks[1]);
     let waiter = agg_key(&locker, KIND_WAIT, mode, ns, reason, false, st, late);
     timeline::emit(&locker, &waiter, ns);
     let share = EventShare::waited(end.contended_ns);
     user_stacks::send_event::<R>(&locker, st, &waiter, ns, share, end.last_use != 0);
+    let parts = Parts::Wait {
+        contended_ns: end.contended_ns,
+    };
+    if st.blockers.count == 0 && lean::add_short(&locker, &waiter, ns, parts) {
+        return;
+    }
     pending::defer_wait(st, waiter, ns, end.contended_ns);
 }
 
@@ -765,7 +741,6 @@ fn hold_ended<R: CopyUserStack>(st: &mut LockState, end: &Ended) {
     let (mode, ns) = (end.mode, end.ns);
     let reason = end.reason();
     add_totals(locker.outside_pid != 0, mode, |t| t.add_hold(ns));
-    st.note_hold_length(reason.syscall, ns >= config().stack_threshold_ns);
     let off = &end.off;
     let late = (end.late_stacks[0], end.late_stacks[1]);
     // A hold that blocked someone gets its stacks whatever its length: its waiters need them.
@@ -781,6 +756,8 @@ fn hold_ended<R: CopyUserStack>(st: &mut LockState, end: &Ended) {
         // Kept now, not later with the aggregation: its waiters, charged when they leave
         // the lock, must find it.
         blockers::remember_holder(locker.tid, &hold, end.hold_start_ns);
+    } else if lean::add_short(&locker, &hold, ns, Parts::Hold(off)) {
+        return;
     }
     pending::defer_hold(st, hold, ns, off);
 }
@@ -816,12 +793,12 @@ fn add_sleep(hold: &AggKey, stack: i32, ns: u64) {
 
 /// The aggregation key of one duration. Stacks are kept for durations over the stack
 /// threshold (or when `force`: a hold that blocked someone, a sampled operation): the ones
-/// walked at start_locking, outside the critical section, when the operation was expected to be
-/// long or was sampled (the caller that locks is the one that unlocks: the same code path). One
-/// that was not gets its stacks walked inside the critical section, where all waiters pay for
-/// the microseconds it takes, only past the late threshold (1 ms unless every stack is asked
-/// for): `late_stacks`, which the program walked when `ends_past_late_threshold` asked; shorter
-/// ones are grouped without a stack.
+/// walked outside the critical section, at start_locking for a sampled operation or at
+/// contention_begin for a wait that slept (the caller that locks is the one that unlocks: the
+/// same code path serves the hold). One that was not gets its stacks walked inside the critical
+/// section, where all waiters pay for the microseconds it takes, only past the late threshold
+/// (1 ms unless every stack is asked for): `late_stacks`, which the program walked when
+/// `ends_past_late_threshold` asked; shorter ones are grouped without a stack, by cause.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn agg_key(

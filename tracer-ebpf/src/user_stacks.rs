@@ -71,9 +71,9 @@ impl EventShare {
     }
 }
 
-/// At start_locking of an operation that is not expected to be long: whether the sampler
-/// picks it for stacks and a copy anyway (one in `user_stack_sample`, per CPU), so that the
-/// common short paths are unwound too.
+/// At start_locking of a new operation: whether the sampler picks it for stacks and a copy
+/// whatever its length (one in `user_stack_sample`, per CPU), so that the common short paths
+/// are unwound too.
 #[inline(always)]
 pub fn sample_at_start(locker: &Locker) -> bool {
     let cfg = config();
@@ -118,9 +118,9 @@ fn within_budget(cfg: &Config, now: u64) -> bool {
 
 /// At the end of a wait or hold just aggregated under `key`: tells user space to unwind it with
 /// the operation's copy. A wait or hold past the copy threshold whose operation has no copy
-/// (it was not expected to be long) is copied now, inside the critical section: the one case
-/// that costs waiters, rare once the thread's history predicts its holds. Outside lockers are
-/// skipped: their stacks are in another process.
+/// (it was not sampled and its wait never slept) is copied now, inside the critical section:
+/// the one case that costs waiters, rare past a millisecond. Outside lockers are skipped:
+/// their stacks are in another process.
 #[inline(always)]
 pub fn send_event<R: CopyUserStack>(
     locker: &Locker,

@@ -178,7 +178,7 @@ pub struct Cli {
     pub timeline: Option<PathBuf>,
 
     /// Shortest wait or hold put on the --timeline; with --user-stack dwarf, also the shortest
-    /// whose user stack is copied even when it was not expected to be long (e.g. 500us, 1ms).
+    /// whose user stack is copied even when its wait never slept (e.g. 500us, 1ms).
     #[arg(long, default_value = "1ms", value_parser = parse_duration_ns, value_name = "DURATION")]
     pub threshold: u64,
 
@@ -219,7 +219,7 @@ pub struct Cli {
     )]
     pub user_stack_bytes: u32,
 
-    /// One in N lock operations not expected to be long get stacks and a user stack copy too,
+    /// One in N lock operations get stacks and a user stack copy whatever their length,
     /// so that the common short paths are named and unwound; 0: none.
     #[arg(long, default_value_t = 64, value_name = "N")]
     pub user_stack_sample: u32,

@@ -222,12 +222,12 @@ fn block(out: &mut String, e: &Entry, threshold_ns: u64, name_process: bool) {
         let _ = writeln!(out, "=== (no stack: --lean takes none)");
     } else if !e.stack_collected {
         // Stacks are walked inside the critical section only for operations past the late
-        // threshold: shorter ones get them only when expected to be long, or sampled.
+        // threshold: shorter ones get them only when their wait slept, or sampled.
         let late_ns = threshold_ns.max(tracer_common::LATE_STACK_FLOOR_NS);
         let _ = writeln!(
             out,
-            "=== (no stack: under the {} stack threshold, or not expected to be that long and \
-             under {}; see --stack-threshold)",
+            "=== (no stack: under the {} stack threshold, or its wait never slept and it \
+             lasted under {}; see --stack-threshold)",
             human_ns(threshold_ns),
             human_ns(late_ns)
         );
@@ -602,8 +602,8 @@ mod tests {
         );
         assert!(
             text.contains(
-                "=== (no stack: under the 10.0 µs stack threshold, or not expected to be that \
-                 long and under 1.00 ms; see --stack-threshold)"
+                "=== (no stack: under the 10.0 µs stack threshold, or its wait never slept and \
+                 it lasted under 1.00 ms; see --stack-threshold)"
             ),
             "{text}"
         );

@@ -1,12 +1,15 @@
-//! Reading the lean path's maps (`--lean` on listed targets): the per-CPU LEAN_AGG array, by
-//! target, kind and mode, which stands for the targets' own totals too, and the operations
-//! its threads (LEAN_THREADS) have in flight.
+//! Reading the per-CPU LEAN_AGG array of listed targets, by target, kind, mode and cause: with
+//! `--lean` all their operations, which stand for their totals too, beside the operations its
+//! threads (LEAN_THREADS) have in flight; with the defaults their short operations charged to
+//! nobody, which the kernel counted in the totals already.
+
+use std::collections::HashMap;
 
 use anyhow::Result;
 use aya::maps::{MapData, PerCpuArray};
 use tracer_common::{
-    lean_agg_index, totals_index, AggKey, AggValue, LeanThread, ModeTotals, KIND_HOLD, KIND_WAIT,
-    MODE_READ, MODE_WRITE, NO_STACK, TOTALS_SLOTS,
+    cause_parts, lean_agg_index, totals_index, AggKey, AggValue, LeanThread, ModeTotals,
+    FAST_CAUSES, KIND_HOLD, KIND_WAIT, MODE_READ, MODE_WRITE, NO_STACK, TOTALS_SLOTS,
 };
 
 use super::{Family, Probes};
@@ -21,14 +24,18 @@ pub(super) const FAMILY: Family = Family {
 const LEAN_AGG: &str = "LEAN_AGG";
 const LEAN_THREADS: &str = "LEAN_THREADS";
 
-/// Adds the lean path's entries and totals, when it ran.
+/// Adds the array's entries, and with `--lean` its totals and operations in flight.
 fn read(probes: &Probes, harvest: &mut Harvest) -> Result<()> {
-    let (true, Some(slots)) = (probes.lean_array, &probes.slots) else {
+    let Some(slots) = &probes.slots else {
         return Ok(());
     };
     let lean = read_lean_entries(&super::map_ref(&probes.ebpf, LEAN_AGG)?, slots)?;
+    if !probes.lean_array {
+        merge_entries(&mut harvest.entries, lean);
+        return Ok(());
+    }
     add_lean_totals(&mut harvest.totals, &lean);
-    harvest.entries.extend(lean);
+    merge_entries(&mut harvest.entries, lean);
     // Beside those of LOCK_STATE, where a thread goes whose entry another thread has (read by
     // the mmap_lock family first).
     let threads: Vec<LeanThread> = super::read_shared_array(&probes.ebpf, LEAN_THREADS)?;
@@ -67,7 +74,24 @@ fn add_lean_totals(totals: &mut [ModeTotals; TOTALS_SLOTS as usize], lean: &[Raw
     }
 }
 
-/// The lean path's per-CPU array as entries without stacks, one per target, kind and mode.
+/// Adds `lean` to `entries`: an entry of the same key (the general path's share of it: a short
+/// operation that was charged to someone) takes its sums.
+fn merge_entries(entries: &mut Vec<RawEntry>, lean: Vec<RawEntry>) {
+    let unstacked: HashMap<AggKey, usize> = entries
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.key.kernel_stack == NO_STACK && e.key.user_stack == NO_STACK)
+        .map(|(i, e)| (e.key, i))
+        .collect();
+    for entry in lean {
+        match unstacked.get(&entry.key) {
+            Some(&i) => entries[i].value.merge(&entry.value),
+            None => entries.push(entry),
+        }
+    }
+}
+
+/// The per-CPU array as entries without stacks, one per target, kind, mode and cause.
 fn read_lean_entries(
     map: &PerCpuArray<&MapData, AggValue>,
     slots: &[u32],
@@ -76,26 +100,31 @@ fn read_lean_entries(
     for (slot, &pid) in slots.iter().enumerate() {
         for kind in [KIND_WAIT, KIND_HOLD] {
             for mode in [MODE_READ, MODE_WRITE] {
-                let mut value = AggValue::ZERO;
-                for v in map.get(&lean_agg_index(slot, kind, mode), 0)?.iter() {
-                    value.merge(v);
+                for cause in 0..FAST_CAUSES {
+                    let mut value = AggValue::ZERO;
+                    for v in map.get(&lean_agg_index(slot, kind, mode, cause), 0)?.iter() {
+                        value.merge(v);
+                    }
+                    if value.count == 0 {
+                        continue;
+                    }
+                    let (syscall, fault) = cause_parts(cause);
+                    let key = AggKey {
+                        pid,
+                        kind,
+                        mode,
+                        syscall,
+                        fault,
+                        kernel_stack: NO_STACK,
+                        user_stack: NO_STACK,
+                        ..AggKey::default()
+                    };
+                    out.push(RawEntry {
+                        key,
+                        value,
+                        max_is_upper_bound: false,
+                    });
                 }
-                if value.count == 0 {
-                    continue;
-                }
-                let key = AggKey {
-                    pid,
-                    kind,
-                    mode,
-                    kernel_stack: NO_STACK,
-                    user_stack: NO_STACK,
-                    ..AggKey::default()
-                };
-                out.push(RawEntry {
-                    key,
-                    value,
-                    max_is_upper_bound: false,
-                });
             }
         }
     }
@@ -120,6 +149,25 @@ mod tests {
             value,
             max_is_upper_bound: false,
         }
+    }
+
+    #[test]
+    fn an_entry_of_the_general_path_takes_the_sums_of_the_same_key() {
+        let general = lean_entry(KIND_WAIT, MODE_WRITE, &[40]);
+        let mut stacked = lean_entry(KIND_WAIT, MODE_WRITE, &[90]);
+        stacked.key.kernel_stack = 3;
+        let mut entries = vec![general, stacked];
+        let mut other_cause = lean_entry(KIND_WAIT, MODE_WRITE, &[1]);
+        other_cause.key.syscall = 2;
+        merge_entries(
+            &mut entries,
+            vec![lean_entry(KIND_WAIT, MODE_WRITE, &[10, 60]), other_cause],
+        );
+        assert_eq!(entries.len(), 3);
+        let v = &entries[0].value;
+        assert_eq!((v.count, v.total_ns, v.max_ns), (3, 110, 60));
+        assert_eq!(entries[1].value.count, 1, "a stacked entry is another key");
+        assert_eq!(entries[2].key.syscall, 2);
     }
 
     #[test]

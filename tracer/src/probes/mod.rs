@@ -234,7 +234,9 @@ pub struct Probes {
     features: Features,
     /// With target slots: the targets in TARGET_SLOTS order.
     slots: Option<Vec<u32>>,
-    /// Whether the lean path's LEAN_AGG array holds the targets' own entries.
+    /// Whether LEAN_AGG holds all of the targets' own operations (`--lean`): they stand for
+    /// their totals, and LEAN_THREADS holds their operations in flight. Otherwise (with slots)
+    /// it holds the short operations of the defaults.
     lean_array: bool,
     /// Keeps the kernel counting the programs' runs.
     run_stats: self_cost::RunTimeStats,
@@ -814,8 +816,8 @@ fn fold_threads_at(capacity: u32) -> u32 {
     capacity - capacity / 4
 }
 
-/// Operations that were not expected to be long get their stacks walked inside the critical
-/// section only past this (every stack with --stack-threshold 0, which asks for them all).
+/// Operations whose wait never slept and that were not sampled get their stacks walked inside
+/// the critical section only past this (every stack with --stack-threshold 0, which asks for them all).
 fn late_stack_threshold(stack_threshold_ns: u64) -> u64 {
     if stack_threshold_ns == 0 {
         0
