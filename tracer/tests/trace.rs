@@ -335,7 +335,9 @@ fn proc_maps_reader_is_an_outside_locker() {
         return;
     }
     let _serial = serial();
-    let workload = Workload::spawn(&["churn", "--threads", "2", "--seconds", "3"]);
+    // Until the reads are done: under emulation a fixed run ended before them (cat then failed
+    // on a process that had exited).
+    let mut workload = Workload::spawn_stoppable(&["churn", "--threads", "2", "--seconds", "600"]);
     let pid = workload.pid;
     let mut tracer = Tracer::spawn(&[
         "-p".into(),
@@ -362,6 +364,7 @@ fn proc_maps_reader_is_an_outside_locker() {
         }
         reads += 1;
     }
+    workload.stop();
     workload.finish();
     let result = tracer.finish();
     assert!(result.status.success(), "{}", result.stderr);

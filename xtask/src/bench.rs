@@ -37,6 +37,8 @@ const STATS_MARGIN: Duration = Duration::from_millis(500);
 /// throughput, which the rest of the run is spared (the tracer samples its own self-cost).
 const STATS_DELAY: Duration = Duration::from_secs(1);
 const STATS_WINDOW: Duration = Duration::from_secs(1);
+/// Where the daemon listens while it is measured (loopback; nothing scrapes it).
+const SERVE_ADDRESS: &str = "127.0.0.1:19723";
 const BEGIN_MARK: &str = "<!-- bench results: begin (written by cargo xtask bench) -->";
 const END_MARK: &str = "<!-- bench results: end -->";
 
@@ -47,6 +49,9 @@ pub struct Options {
     pub record: bool,
     /// Run only the workloads whose name contains this.
     pub only: Option<String>,
+    /// Run only the tools whose name contains one of these (comma-separated), beside the
+    /// untraced run and the tp_btf floor.
+    pub tools: Option<String>,
 }
 
 /// In the order of the rotation and of the table.
@@ -65,17 +70,30 @@ enum Tool {
     MmapsemFp,
     /// Timing only: the floor of the lock programs' cost.
     MmapsemLean,
+    /// System-wide, timing only: every process's lock, as a fleet would run it.
+    SystemLean,
+    /// The daemon, system-wide, timing only.
+    Serve,
+    /// The daemon with causes and stacks.
+    ServeStacks,
+    /// The kernel's own tool on the same process (lock:contention_begin/end), the peer a
+    /// user compares with; skipped where perf is not installed.
+    PerfLock,
     Bpftrace,
 }
 
 impl Tool {
-    const ALL: [Self; 7] = [
+    const ALL: [Self; 11] = [
         Self::Untraced,
         Self::FloorBtf,
         Self::FloorClassic,
         Self::Mmapsem,
         Self::MmapsemFp,
         Self::MmapsemLean,
+        Self::SystemLean,
+        Self::Serve,
+        Self::ServeStacks,
+        Self::PerfLock,
         Self::Bpftrace,
     ];
 
@@ -87,18 +105,43 @@ impl Tool {
             Self::Mmapsem => "mmapsem-trace",
             Self::MmapsemFp => "mmapsem-trace --user-stack fp",
             Self::MmapsemLean => "mmapsem-trace --lean",
+            Self::SystemLean => "mmapsem-trace -a --lean",
+            Self::Serve => "mmapsem-trace serve",
+            Self::ServeStacks => "mmapsem-trace serve --stacks",
+            Self::PerfLock => "perf lock record -p",
             Self::Bpftrace => "bpftrace",
         }
     }
 
     /// Runs the mmapsem-trace binary, which must then exit successfully.
     fn runs_mmapsem_trace(self) -> bool {
-        self.writes_report() || matches!(self, Self::FloorBtf | Self::FloorClassic)
+        self.writes_report()
+            || matches!(
+                self,
+                Self::FloorBtf | Self::FloorClassic | Self::Serve | Self::ServeStacks
+            )
     }
 
-    /// Writes a JSON report with lost-event counters (the floors write none).
+    /// Writes a JSON report with lost-event counters and its own cost (the floors and the
+    /// daemon write none).
     fn writes_report(self) -> bool {
-        matches!(self, Self::Mmapsem | Self::MmapsemFp | Self::MmapsemLean)
+        matches!(
+            self,
+            Self::Mmapsem | Self::MmapsemFp | Self::MmapsemLean | Self::SystemLean
+        )
+    }
+
+    /// Runs until told to stop, rather than exiting with its target.
+    fn stops_by_signal(self) -> bool {
+        matches!(
+            self,
+            Self::SystemLean | Self::Serve | Self::ServeStacks | Self::PerfLock | Self::Bpftrace
+        )
+    }
+
+    /// Whether this machine has what the tool needs.
+    fn available(self) -> bool {
+        self != Self::PerfLock || Cmd::new("perf").arg("--version").probe_ok().is_ok()
     }
 }
 
@@ -152,6 +195,35 @@ fn scenarios(seconds: u32) -> Vec<Scenario> {
             work_key: "iterations",
         },
     ]
+}
+
+/// The tools this machine has, of those whose name contains one of `only` (comma-separated;
+/// all without it). The untraced run and the tp_btf floor are always in: the ratios are to
+/// them.
+fn select_tools(only: Option<&str>) -> Result<Vec<Tool>> {
+    let wanted = |tool: Tool| {
+        matches!(tool, Tool::Untraced | Tool::FloorBtf)
+            || only.is_none_or(|list| list.split(',').any(|part| tool.name().contains(part)))
+    };
+    let tools: Vec<Tool> = Tool::ALL
+        .into_iter()
+        .filter(|&tool| wanted(tool))
+        .filter(|&tool| {
+            let here = tool.available();
+            if !here {
+                eprintln!("bench: {} skipped: not installed", tool.name());
+            }
+            here
+        })
+        .collect();
+    if tools.len() == 2 && only.is_some() {
+        bail!(
+            "no tool matches --tools {}; the tools: {}",
+            only.unwrap_or_default(),
+            Tool::ALL.map(Tool::name).join(", ")
+        );
+    }
+    Ok(tools)
 }
 
 /// The scenarios whose name contains `only` (all without it); an error naming them all when
@@ -219,25 +291,30 @@ struct Sample {
     daemon_peak_rss_kib: Option<u64>,
     /// mmapsem-trace's non-zero `lost` counters (JSON), by name.
     lost: BTreeMap<String, u64>,
+    /// What mmapsem-trace's report says it cost (the JSON `self_cost`): the programs' added
+    /// time and the tracer process's CPU, as a share of the machine's CPU over the run.
+    reported_cost: Option<f64>,
 }
 
 pub fn run(options: &Options) -> Result<()> {
     if options.reps == 0 || options.seconds < 2 {
         bail!("--reps must be at least 1 and --seconds at least 2");
     }
-    if options.only.is_some() && options.record {
+    if (options.only.is_some() || options.tools.is_some()) && options.record {
         bail!(
-            "--only runs part of the bench; add --no-record (BENCHMARKS.md holds every workload)"
+            "--only and --tools run part of the bench; add --no-record (BENCHMARKS.md holds \
+             every workload and tool)"
         );
     }
     let scenarios = select_scenarios(scenarios(options.seconds), options.only.as_deref())?;
     setup::for_tracing("bench", options.build)?;
     setup::ensure_bench_packages()?;
     let machine = Machine::describe()?;
+    let tools = select_tools(options.tools.as_deref())?;
     let mut samples = Samples::new();
     for rep in 1..=options.reps {
         for (index, scenario) in scenarios.iter().enumerate() {
-            for tool in Tool::ALL {
+            for &tool in &tools {
                 eprintln!(
                     "bench: rep {rep}/{}: {} {}",
                     options.reps,
@@ -309,8 +386,9 @@ fn run_once(scenario: &Scenario, tool: Tool, seconds: u32) -> Result<Sample> {
         sample.stats_window_s = window.as_secs_f64();
     }
     if let Some(tracer) = tracer.as_mut() {
-        if tool == Tool::Bpftrace {
-            // bpftrace prints its maps and exits on SIGINT; mmapsem-trace exits with its target.
+        if tool.stops_by_signal() {
+            // bpftrace prints its maps, perf writes its file, `-a` its report and the daemon
+            // stops on SIGINT; `-p` exits with its target.
             Cmd::new("kill")
                 .args(&["-INT", &tracer.child.id().to_string()])
                 .run()?;
@@ -327,7 +405,10 @@ fn run_once(scenario: &Scenario, tool: Tool, seconds: u32) -> Result<Sample> {
         sample.daemon_peak_rss_kib = poller.finish();
     }
     if tool.writes_report() {
-        sample.lost = lost_events(&report)?;
+        (sample.lost, sample.reported_cost) = read_report(&report)?;
+        let _ = std::fs::remove_file(&report);
+    }
+    if tool == Tool::PerfLock {
         let _ = std::fs::remove_file(&report);
     }
     Ok(sample)
@@ -348,6 +429,18 @@ fn start_tool(tool: Tool, pid: u32, report: &Path) -> Result<Option<Guarded>> {
         Tool::Mmapsem => mmapsem(&[])?,
         Tool::MmapsemFp => mmapsem(&["--user-stack", "fp"])?,
         Tool::MmapsemLean => mmapsem(&["--lean"])?,
+        Tool::SystemLean => start_mmapsem(&[
+            "-a",
+            "--lean",
+            "--no-live",
+            "--format",
+            "json",
+            "-o",
+            &report,
+        ])?,
+        Tool::Serve => start_mmapsem(&["serve", "--listen", SERVE_ADDRESS])?,
+        Tool::ServeStacks => start_mmapsem(&["serve", "--listen", SERVE_ADDRESS, "--stacks"])?,
+        Tool::PerfLock => start_perf_lock(&pid, &report)?,
         Tool::Bpftrace => start_bpftrace(&pid)?,
     };
     Ok(Some(tracer))
@@ -359,6 +452,23 @@ fn start_mmapsem(args: &[&str]) -> Result<Guarded> {
     let stderr = tracer.child.stderr.take().context("tracer stderr")?;
     wait_for_line(stderr, "attached", &mut tracer)?;
     Ok(tracer)
+}
+
+/// perf prints nothing once it records: its events are opened when its file has its header.
+fn start_perf_lock(pid: &str, report: &str) -> Result<Guarded> {
+    let _ = std::fs::remove_file(report);
+    let cmd = Cmd::new("perf").args(&["lock", "record", "-p", pid, "-o", report]);
+    let mut perf = Guarded::new("perf", cmd.spawn(Stdio::null(), Stdio::null())?);
+    let deadline = Instant::now() + ATTACH_TIMEOUT;
+    while std::fs::metadata(report).map_or(true, |m| m.len() == 0) {
+        if Instant::now() > deadline {
+            let status = perf.wait_for(Duration::from_secs(1));
+            bail!("perf lock record wrote no file ({status:?})");
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    thread::sleep(Duration::from_millis(200));
+    Ok(perf)
 }
 
 fn start_bpftrace(pid: &str) -> Result<Guarded> {
@@ -446,18 +556,21 @@ fn program_counters(pid: u32) -> Result<Vec<parse::ProgFdinfo>> {
     Ok(programs)
 }
 
-fn lost_events(report: &Path) -> Result<BTreeMap<String, u64>> {
+/// The report's non-zero lost counters, and the share of the traced threads' time it says
+/// its programs added.
+fn read_report(report: &Path) -> Result<(BTreeMap<String, u64>, Option<f64>)> {
     let text = std::fs::read_to_string(report)
         .with_context(|| format!("reading mmapsem-trace's report {}", report.display()))?;
     let json: serde_json::Value = serde_json::from_str(&text)?;
     let lost = json["lost"]
         .as_object()
         .context("no `lost` object in mmapsem-trace's JSON report")?;
-    Ok(lost
+    let lost = lost
         .iter()
         .filter_map(|(name, n)| Some((name.clone(), n.as_u64()?)))
         .filter(|(_, n)| *n > 0)
-        .collect())
+        .collect();
+    Ok((lost, json["self_cost"]["added_share"].as_f64()))
 }
 
 fn read_proc_stat(pid: u32) -> Option<ProcStat> {
@@ -619,7 +732,11 @@ fn render_results(
     scenarios: &[Scenario],
     samples: &Samples,
 ) -> String {
-    let tools: Vec<&str> = Tool::ALL.iter().map(|tool| tool.name()).collect();
+    let tools: Vec<&str> = Tool::ALL
+        .iter()
+        .filter(|&&tool| samples.keys().any(|&(_, ran)| ran == tool))
+        .map(|tool| tool.name())
+        .collect();
     let workloads: Vec<String> = scenarios
         .iter()
         .map(|s| format!("{}: `mmapsem-workload {}`", s.name, s.args.join(" ")))
@@ -630,7 +747,9 @@ fn render_results(
          mmap_lock tracepoints (`mmapsem-trace --bench-floor btf|classic`). events/s is runs \
          per second of the tool's programs, which see every process's events (the floors': \
          the machine's mmap_lock events); untraced's `~` is the tp_btf floor's events per \
-         unit of work times untraced throughput.\n\n",
+         unit of work times untraced throughput; `reported cost` is the share of the traced \
+         threads' time the tracer's JSON report says its programs added (median), to set \
+         beside the measured slowdown (1 - vs untraced).\n\n",
         machine.date,
         machine.kernel,
         machine.cpus,
@@ -643,8 +762,8 @@ fn render_results(
     );
     out.push_str(
         "| workload | tracer | median throughput (/s) | vs untraced | vs floor (tp_btf) | \
-         events/s | tracer CPU (% of a core) | tracer peak RSS (MiB) | lost |\n\
-         |---|---|---:|---:|---:|---:|---:|---:|---:|\n",
+         reported cost | events/s | tracer CPU (% of a core) | tracer peak RSS (MiB) | lost |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for (index, scenario) in scenarios.iter().enumerate() {
         for tool in Tool::ALL {
@@ -694,11 +813,12 @@ fn tool_row(workload: &str, index: usize, tool: Tool, samples: &Samples) -> Opti
         _ => None,
     };
     Some(format!(
-        "| {workload} | {} | {:.0} | {} | {} | {} | {} | {} | {} |\n",
+        "| {workload} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} |\n",
         tool.name(),
         median_throughput(samples, index, tool).unwrap_or(f64::NAN),
         ratio(Tool::Untraced),
         ratio(Tool::FloorBtf),
+        cell(median_of(runs, |s| s.reported_cost).map(|c| format!("{:.1}%", c * 100.0))),
         cell(events),
         cell(median_of(runs, |s| s.daemon_cpu_share).map(|c| format!("{:.1}", c * 100.0))),
         cell(
@@ -839,7 +959,11 @@ mod tests {
             ],
         );
         samples.insert((0, Tool::FloorBtf), vec![run(95.0, 570)]);
-        samples.insert((0, Tool::Mmapsem), vec![run(80.0, 480)]);
+        let traced = Sample {
+            reported_cost: Some(0.125),
+            ..run(80.0, 480)
+        };
+        samples.insert((0, Tool::Mmapsem), vec![traced]);
         samples
     }
 
@@ -890,6 +1014,7 @@ mod tests {
             build: false,
             record: false,
             only: None,
+            tools: None,
         };
         let table = render_results(&machine(), &options, &small_files(), &samples());
         let rows: Vec<&str> = table
@@ -899,18 +1024,38 @@ mod tests {
         assert_eq!(
             rows,
             [
-                "| small-files | untraced | 100 | 1.00x | 1.05x | ~600 | - | - | - |",
-                "| small-files | floor (tp_btf) | 95 | 0.95x | 1.00x | 570 | - | - | - |",
-                "| small-files | mmapsem-trace | 80 | 0.80x | 0.84x | 480 | - | - | 0 |",
+                "| small-files | untraced | 100 | 1.00x | 1.05x | - | ~600 | - | - | - |",
+                "| small-files | floor (tp_btf) | 95 | 0.95x | 1.00x | - | 570 | - | - | - |",
+                "| small-files | mmapsem-trace | 80 | 0.80x | 0.84x | 12.5% | 480 | - | - | 0 |",
                 "| small-files | floor (tp_btf) | floor_btf_start_locking | 570 | 50 |",
                 "| small-files | mmapsem-trace | floor_btf_start_locking | 480 | 50 |",
             ]
         );
-        assert!(table.contains("alternating untraced / floor (tp_btf) / floor (classic"));
+        assert!(
+            table.contains("alternating untraced / floor (tp_btf) / mmapsem-trace. "),
+            "only the tools that ran: {table}"
+        );
         assert!(table.contains(
             "small-files: `mmapsem-workload files --method mmap --threads 8 \
              --files 20000 --file-size 1K-16K --seconds 5`"
         ));
+    }
+
+    #[test]
+    fn tools_are_picked_by_part_of_their_name_beside_the_references() {
+        let tools = select_tools(Some("serve,-a")).expect("some match");
+        assert_eq!(
+            tools,
+            [
+                Tool::Untraced,
+                Tool::FloorBtf,
+                Tool::SystemLean,
+                Tool::Serve,
+                Tool::ServeStacks
+            ]
+        );
+        let err = select_tools(Some("strace")).unwrap_err().to_string();
+        assert!(err.contains("perf lock record -p"), "{err}");
     }
 
     #[test]

@@ -84,6 +84,10 @@ enum Command {
         /// needs --no-record.
         #[arg(long, value_name = "SCENARIO")]
         only: Option<String>,
+        /// Run only the tracers whose name contains one of these (comma-separated: `lean,perf`),
+        /// beside the untraced run and the tp_btf floor; needs --no-record.
+        #[arg(long, value_name = "NAMES")]
+        tools: Option<String>,
     },
     /// Trace the churn workload for a long time, sampling the tracer's RSS, map occupancy and
     /// lost counters every 10 s; records the curve in BENCHMARKS.md (root).
@@ -159,12 +163,14 @@ fn run(command: Command) -> Result<()> {
             no_build,
             no_record,
             only,
+            tools,
         } => bench::run(&bench::Options {
             reps,
             seconds,
             build: !no_build,
             record: !no_record,
             only,
+            tools,
         }),
         Command::Package { no_build } => package::run(!no_build).map(|_| ()),
         Command::Soak {
