@@ -49,10 +49,12 @@ pub struct Holders {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Blockers {
-    pub refs: [HolderRef; MAX_BLOCKERS],
+    /// First, beside the fields of LockState that every operation touches: an operation that
+    /// never slept reads the count alone.
     pub count: u32,
     /// Bit i set: refs[i] is a writer (held or queued); else a reader.
     pub write_mask: u32,
+    pub refs: [HolderRef; MAX_BLOCKERS],
 }
 
 impl Blockers {
@@ -98,13 +100,13 @@ impl Blockers {
     }
 
     pub const ZERO: Blockers = Blockers {
+        count: 0,
+        write_mask: 0,
         refs: [HolderRef {
             tid: 0,
             blocked: 0,
             hold_start_ns: 0,
         }; MAX_BLOCKERS],
-        count: 0,
-        write_mask: 0,
     };
 }
 

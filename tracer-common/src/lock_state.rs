@@ -319,30 +319,35 @@ impl LockTiming {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LockState {
-    /// The wait and hold in progress: the pairing of the three events (first, so that they
-    /// share a cache line).
+    /// The wait and hold in progress: the pairing of the three events. With the fields up to
+    /// `start_user_stack`, what an operation that never slept touches: the first two cache
+    /// lines, and the third's head (its state is looked up cold on every event).
     pub timing: LockTiming,
     /// Sleeping (rwsem slow path) part of the current wait, from lock:contention_begin/end.
     pub contended_ns: u64,
     pub contended_since_ns: u64,
-    /// Off-CPU parts of the current hold, and the switch-out in progress.
-    pub offcpu: OffCpu,
-    pub off_since_ns: u64,
-    pub off_stack: i32,
+    /// How the thread is off CPU in the switch-out in progress (see `off_since_ns`).
     pub off_kind: u8,
     /// 1 while the current lock operation serves a user page fault (see AggKey::fault).
     pub fault: u8,
     /// 1 once this lock operation's wait went to sleep in the rwsem slow path
     /// (lock:contention_begin): its holders were taken and its stacks walked then, once.
     pub slept: u8,
-    /// 1 when this lock operation was picked by the sampler for stacks and a user stack copy
-    /// although it was not expected to be long: its events keep their stacks whatever their
-    /// length.
+    /// 1 when this lock operation was picked by the sampler for stacks and a user stack copy:
+    /// its events keep their stacks whatever their length.
     pub user_copy_sampled: u8,
     /// 1 + index into MM_SYSCALLS of the mm syscall this lock operation serves, or 0 (managed
     /// by the eBPF programs, from start_locking: no lookup inside the critical section).
     pub cause: u8,
-    pub _pad: [u8; 7],
+    /// 1 while `pending_wait` or `pending_holds` holds something: their lines are read only
+    /// then.
+    pub pending: u8,
+    pub _pad: [u8; 2],
+    /// Off-CPU parts of the current hold, and the switch-out in progress.
+    pub offcpu: OffCpu,
+    pub off_since_ns: u64,
+    pub off_stack: i32,
+    pub _pad2: u32,
     /// Kernel and user stacks walked outside the critical section (managed by the eBPF
     /// programs): at start_locking for a sampled operation, at contention_begin for a wait
     /// that sleeps. The wait and the hold that follows reuse them.
@@ -351,12 +356,12 @@ pub struct LockState {
     /// Id (bpf_ktime_get_ns at copy time) of the user stack copy this lock operation sent to
     /// user space, or 0 (managed by the eBPF programs).
     pub user_copy_id: u64,
-    /// Who held the lock when the current wait began (managed by the eBPF programs).
-    pub blockers: Blockers,
     /// Lock wait and hold spent inside the thread's current mm syscall, handed to it when the
     /// syscall exits (outside the lock), and kept across the reset to idle until then.
     pub syscall_wait_ns: u64,
     pub syscall_hold_ns: u64,
+    /// Who held the lock when the current wait went to sleep (managed by the eBPF programs).
+    pub blockers: Blockers,
     /// The last wait and holds, not yet aggregated (see PendingAgg); the wait's blockers stay
     /// in `blockers` until it is charged to them. Two holds: a downgrade ends the write hold
     /// and the read hold that follows ends before the thread leaves the lock.
@@ -369,21 +374,23 @@ impl LockState {
         timing: LockTiming::ZERO,
         contended_ns: 0,
         contended_since_ns: 0,
-        offcpu: OffCpu::ZERO,
-        off_since_ns: 0,
-        off_stack: crate::NO_STACK,
         off_kind: 0,
         fault: 0,
         slept: 0,
         user_copy_sampled: 0,
         cause: 0,
-        _pad: [0; 7],
+        pending: 0,
+        _pad: [0; 2],
+        offcpu: OffCpu::ZERO,
+        off_since_ns: 0,
+        off_stack: crate::NO_STACK,
+        _pad2: 0,
         start_kernel_stack: crate::NO_STACK,
         start_user_stack: crate::NO_STACK,
         user_copy_id: 0,
-        blockers: Blockers::ZERO,
         syscall_wait_ns: 0,
         syscall_hold_ns: 0,
+        blockers: Blockers::ZERO,
         pending_wait: PendingAgg::ZERO,
         pending_holds: [PendingAgg::ZERO; 2],
     };
@@ -463,7 +470,7 @@ impl LockState {
         self.off_kind = 0;
         let (count, mask) = (self.blockers.count, self.blockers.write_mask);
         self.begin_operation();
-        if self.pending_wait.is_some() {
+        if self.pending != 0 && self.pending_wait.is_some() {
             (self.blockers.count, self.blockers.write_mask) = (count, mask);
         }
     }

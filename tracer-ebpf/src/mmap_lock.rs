@@ -310,7 +310,7 @@ fn run<F: Family, C: StackIdContext, const HOOK: u32>(ctx: &C, call: &mut LockCa
         count(Counter::StateMapFull);
         return;
     };
-    if HOOK == HOOK_START && config().attribution != 0 {
+    if HOOK == HOOK_START && config().attribution != 0 && unsafe { (*state).pending } != 0 {
         // A thread about to wait for the lock is outside it: the aggregation its last
         // operation on the mm left (see `pending`) is done now, before the wait is timed.
         pending::pending_flush(state);
@@ -439,7 +439,7 @@ fn on_lock_event<R: Family>(st: &mut LockState, call: &mut LockCall, hook: Hook)
     };
     // Whatever asks for stacks does so here, before the state changes: the second call, with
     // the stacks, takes the same decisions.
-    let sampled = attribute && new_wait && sampled_once(&locker, call);
+    let sampled = attribute && new_wait && sampled_once(&locker, call, now);
     let wants_stacks = if is_start {
         sampled
     } else {
@@ -512,9 +512,9 @@ fn decode_mode(args: &LockArgs) -> u8 {
 /// be: the others get their stacks when their wait goes to sleep (`wait_sleeps`) or, past the
 /// late threshold, when they end.
 #[inline(always)]
-fn sampled_once(locker: &Locker, call: &mut LockCall) -> bool {
+fn sampled_once(locker: &Locker, call: &mut LockCall, now: u64) -> bool {
     if call.walked == 0 {
-        call.sampled = user_stacks::sample_at_start(locker) as u32;
+        call.sampled = user_stacks::sample_at_start(locker, now) as u32;
     }
     call.sampled != 0
 }

@@ -29,6 +29,7 @@ pub fn defer_wait(st: &mut LockState, key: AggKey, ns: u64, contended_ns: u64) {
         ns,
         parts: [contended_ns, 0, 0],
     };
+    st.pending = 1;
     if !deferred() {
         flush_wait(st);
     }
@@ -37,6 +38,7 @@ pub fn defer_wait(st: &mut LockState, key: AggKey, ns: u64, contended_ns: u64) {
 /// Leaves a finished hold for later.
 #[inline(always)]
 pub fn defer_hold(st: &mut LockState, key: AggKey, ns: u64, off: &OffCpu) {
+    st.pending = 1;
     let slot = if !st.pending_holds[0].is_some() {
         &mut st.pending_holds[0]
     } else {
@@ -68,6 +70,10 @@ fn deferred() -> bool {
 /// Aggregates what the thread's last lock operation left pending. Call outside the lock only.
 #[inline(always)]
 pub fn flush(st: &mut LockState) {
+    if st.pending == 0 {
+        return;
+    }
+    st.pending = 0;
     if st.pending_wait.is_some() {
         flush_wait(st);
     }

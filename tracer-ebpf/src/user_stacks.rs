@@ -25,9 +25,21 @@ use crate::{
 #[map]
 pub static USER_STACKS: RingBuf = RingBuf::with_byte_size(4096, 0);
 
-/// Slot 0: per-CPU count of candidate events seen, for 1-in-N sampling.
+/// Slot 0: per-CPU count of candidate events seen, for 1-in-N sampling, and when this CPU last
+/// picked one.
 #[map]
-static SAMPLE_TICK: PerCpuArray<u32> = PerCpuArray::with_max_entries(1, 0);
+static SAMPLE_TICK: PerCpuArray<SampleTick> = PerCpuArray::with_max_entries(1, 0);
+
+#[repr(C)]
+struct SampleTick {
+    seen: u32,
+    _pad: u32,
+    last_ns: u64,
+}
+
+/// The shortest time between two samples on one CPU: at most 100 a second each, whatever the
+/// rate of lock operations (a sample walks two stacks and copies the user stack: about 10 us).
+const SAMPLE_GAP_NS: u64 = 10_000_000;
 
 /// Slot 0: per-CPU copies made in the current budget window.
 #[map]
@@ -72,12 +84,12 @@ impl EventShare {
 }
 
 /// At start_locking of a new operation: whether the sampler picks it for stacks and a copy
-/// whatever its length (one in `user_stack_sample`, per CPU), so that the common short paths
-/// are unwound too.
+/// whatever its length (one in `user_stack_sample`, at most 100 a second, per CPU), so that
+/// the common short paths are unwound too.
 #[inline(always)]
-pub fn sample_at_start(locker: &Locker) -> bool {
+pub fn sample_at_start(locker: &Locker, now: u64) -> bool {
     let cfg = config();
-    cfg.user_stack_copies.bytes != 0 && locker.outside_pid == 0 && sampled(cfg)
+    cfg.user_stack_copies.bytes != 0 && locker.outside_pid == 0 && sampled(cfg, now)
 }
 
 /// At start_locking of an operation whose stacks were walked (it is expected to wait or hold
@@ -176,18 +188,22 @@ pub fn send_event<R: CopyUserStack>(
     entry.submit(SUBMIT_FLAGS);
 }
 
-/// One in `user_stack_sample` calls, per CPU.
+/// One in `user_stack_sample` calls, per CPU, and no more often than every SAMPLE_GAP_NS.
 #[inline(always)]
-fn sampled(cfg: &Config) -> bool {
+fn sampled(cfg: &Config, now: u64) -> bool {
     let Some(tick) = SAMPLE_TICK.get_ptr_mut(0) else {
         return false;
     };
     let tick = unsafe { &mut *tick };
-    *tick += 1;
-    if cfg.user_stack_copies.sample == 0 || *tick < cfg.user_stack_copies.sample {
+    tick.seen += 1;
+    if cfg.user_stack_copies.sample == 0
+        || tick.seen < cfg.user_stack_copies.sample
+        || now.wrapping_sub(tick.last_ns) < SAMPLE_GAP_NS
+    {
         return false;
     }
-    *tick = 0;
+    tick.seen = 0;
+    tick.last_ns = now;
     true
 }
 
