@@ -163,9 +163,32 @@ pub extern "C" fn blockers_track(
     blocking_since
 }
 
-/// Charges a finished wait, in equal shares, to the holders it found when it began.
+/// Charges a finished wait, in equal shares, to the holders it found when it went to sleep.
 #[inline(always)]
 pub fn charge(waiter: &AggKey, blockers: &Blockers, wait_ns: u64) {
+    if blockers.count != 0 {
+        blockers_charge(waiter, blockers, wait_ns);
+    }
+}
+
+/// `charge` as a global function, verified once: its loop of map lookups, inlined, was
+/// explored once per path of every program that aggregates a wait (120 000 instructions for
+/// --lean's acquire_returned, where no wait has blockers).
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn blockers_charge(
+    waiter: *const AggKey,
+    blockers: *const Blockers,
+    wait_ns: u64,
+) -> i32 {
+    if let (Some(waiter), Some(blockers)) = unsafe { (waiter.as_ref(), blockers.as_ref()) } {
+        charge_each(waiter, blockers, wait_ns);
+    }
+    0
+}
+
+#[inline(always)]
+fn charge_each(waiter: &AggKey, blockers: &Blockers, wait_ns: u64) {
     let n = blockers.count as usize;
     if n == 0 || n > MAX_BLOCKERS {
         return;

@@ -23,7 +23,7 @@ use tracer_common::{
 
 use crate::{
     maps::{atomic_add, config, count, BPF_F_MMAPABLE, LOCK_STATE},
-    mmap_lock::{add_totals, decode, state_of, LockArgs},
+    mmap_lock::{add_totals, decode, state_of, Hook, LockArgs, LockCall},
     target::{Locker, NO_SLOT},
 };
 
@@ -47,8 +47,30 @@ pub fn takes(locker: &Locker) -> bool {
     cfg.attribution == 0 && cfg.per_thread == 0 && locker.outside_pid == 0 && locker.slot != NO_SLOT
 }
 
+/// One hit of the lean path, as global functions, one per hook: the verifier checks each once,
+/// apart from the program around it. Inlined, its pairing was explored once per path of the
+/// rest of the program (120 000 instructions for acquire_returned on 6.18, 0.2 s to load).
+macro_rules! lean_steps {
+    ($($name:ident: $hook:expr),*) => {$(
+        #[unsafe(no_mangle)]
+        #[inline(never)]
+        pub extern "C" fn $name(locker: *const Locker, call: *const LockCall) -> i32 {
+            if let (Some(locker), Some(call)) = unsafe { (locker.as_ref(), call.as_ref()) } {
+                on_lock_event(locker, &call.args($hook));
+            }
+            0
+        }
+    )*};
+}
+
+lean_steps!(
+    lean_start: Hook::StartLocking,
+    lean_acquire: Hook::AcquireReturned,
+    lean_release: Hook::Released
+);
+
 #[inline(always)]
-pub fn on_lock_event(locker: &Locker, args: &LockArgs) {
+fn on_lock_event(locker: &Locker, args: &LockArgs) {
     let key = StateKey {
         tid: locker.tid,
         _pad: 0,

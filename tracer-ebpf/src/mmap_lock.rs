@@ -118,7 +118,7 @@ impl LockCall {
 
     /// The hit's arguments; `hook` is the global function's own, known to the verifier.
     #[inline(always)]
-    fn args(&self, hook: Hook) -> LockArgs {
+    pub fn args(&self, hook: Hook) -> LockArgs {
         LockArgs {
             hook,
             mm: self.mm,
@@ -298,7 +298,11 @@ fn run<F: Family, C: StackIdContext, const HOOK: u32>(ctx: &C, call: &mut LockCa
         return;
     }
     if lean::takes(&locker) {
-        lean::on_lock_event(&locker, &call.args(hook_of(HOOK)));
+        match HOOK {
+            HOOK_START => lean::lean_start(&locker, call),
+            HOOK_ACQUIRE => lean::lean_acquire(&locker, call),
+            _ => lean::lean_release(&locker, call),
+        };
         return;
     }
     let key = StateKey {
@@ -342,15 +346,6 @@ fn run<F: Family, C: StackIdContext, const HOOK: u32>(ctx: &C, call: &mut LockCa
         // and go first when the map fills; a live one is touched at every event of its lock
         // operation, which lasts far less than the thousands of inserts it takes to age out.
         st.reset_keeping_history();
-    }
-}
-
-#[inline(always)]
-fn hook_of(hook: u32) -> Hook {
-    match hook {
-        HOOK_START => Hook::StartLocking,
-        HOOK_ACQUIRE => Hook::AcquireReturned,
-        _ => Hook::Released,
     }
 }
 
