@@ -22,8 +22,8 @@ use tracer_common::{
 };
 
 use crate::{
-    maps::{atomic_add, config, count, BPF_F_MMAPABLE, LOCK_STATE},
-    mmap_lock::{add_totals, decode, state_of, Hook, LockArgs, LockCall},
+    maps::{add_duration, atomic_add, config, count, BPF_F_MMAPABLE, LOCK_STATE},
+    mmap_lock::{add_totals, agg_value, decode, state_of, Hook, LockArgs, LockCall},
     target::{Locker, NO_SLOT},
 };
 
@@ -39,12 +39,13 @@ pub static LEAN_AGG: PerCpuArray<AggValue> = PerCpuArray::with_max_entries(LEAN_
 pub static LEAN_THREADS: Array<LeanThread> =
     Array::with_max_entries(LEAN_THREAD_SLOTS, BPF_F_MMAPABLE);
 
-/// Whether the lean path takes this event: a listed target's own lock, in timing-only mode
-/// without per-thread rows. Outside lockers keep the general path: their entries name them.
+/// Whether the lean path takes this event: a process's own lock, in timing-only mode without
+/// per-thread rows (a listed target's, or any process's with `-a` and `serve`). Outside lockers
+/// keep the general path: their entries name them.
 #[inline(always)]
 pub fn takes(locker: &Locker) -> bool {
     let cfg = config();
-    cfg.attribution == 0 && cfg.per_thread == 0 && locker.outside_pid == 0 && locker.slot != NO_SLOT
+    cfg.attribution == 0 && cfg.per_thread == 0 && locker.outside_pid == 0
 }
 
 /// One hit of the lean path, as global functions, one per hook: the verifier checks each once,
@@ -101,17 +102,41 @@ fn on_lock_event(locker: &Locker, args: &LockArgs) {
         add_totals(false, MODE_WRITE, |t| t.downgrades += 1);
     }
     if let Some((mode, ns)) = fx.wait {
-        add(locker.slot, KIND_WAIT, mode, ns);
+        add(locker, KIND_WAIT, mode, ns);
     }
     if let Some((mode, ns)) = fx.hold {
-        add(locker.slot, KIND_HOLD, mode, ns);
+        add(locker, KIND_HOLD, mode, ns);
     }
 }
 
+/// A listed target's duration goes to its LEAN_AGG slot, which stands for its totals too;
+/// another process's (`-a`, `serve`) to its AGG entry without stacks, and to the totals.
 #[inline(always)]
-fn add(slot: usize, kind: u8, mode: u8, ns: u64) {
-    if let Some(value) = LEAN_AGG.get_ptr_mut(lean_agg_index(slot, kind, mode, 0)) {
-        unsafe { (*value).add(ns) };
+fn add(locker: &Locker, kind: u8, mode: u8, ns: u64) {
+    if locker.slot != NO_SLOT {
+        if let Some(value) = LEAN_AGG.get_ptr_mut(lean_agg_index(locker.slot, kind, mode, 0)) {
+            unsafe { (*value).add(ns) };
+        }
+        return;
+    }
+    if kind == KIND_WAIT {
+        add_totals(false, mode, |t| {
+            t.acquisitions += 1;
+            t.add_wait(ns);
+        });
+    } else {
+        add_totals(false, mode, |t| t.add_hold(ns));
+    }
+    let key = AggKey {
+        pid: locker.pid,
+        kind,
+        mode,
+        kernel_stack: NO_STACK,
+        user_stack: NO_STACK,
+        ..AggKey::default()
+    };
+    if let Some(value) = agg_value(&key) {
+        add_duration(value, ns);
     }
 }
 

@@ -24,18 +24,19 @@ pub(super) const FAMILY: Family = Family {
 const LEAN_AGG: &str = "LEAN_AGG";
 const LEAN_THREADS: &str = "LEAN_THREADS";
 
-/// Adds the array's entries, and with `--lean` its totals and operations in flight.
+/// Adds the array's entries (with `--lean`, its totals too), and the operations in flight of
+/// the lean path's threads.
 fn read(probes: &Probes, harvest: &mut Harvest) -> Result<()> {
-    let Some(slots) = &probes.slots else {
-        return Ok(());
-    };
-    let lean = read_lean_entries(&super::map_ref(&probes.ebpf, LEAN_AGG)?, slots)?;
-    if !probes.lean_array {
+    if let Some(slots) = &probes.slots {
+        let lean = read_lean_entries(&super::map_ref(&probes.ebpf, LEAN_AGG)?, slots)?;
+        if probes.lean_array {
+            add_lean_totals(&mut harvest.totals, &lean);
+        }
         merge_entries(&mut harvest.entries, lean);
+    }
+    if !probes.lean_threads {
         return Ok(());
     }
-    add_lean_totals(&mut harvest.totals, &lean);
-    merge_entries(&mut harvest.entries, lean);
     // Beside those of LOCK_STATE, where a thread goes whose entry another thread has (read by
     // the mmap_lock family first).
     let threads: Vec<LeanThread> = super::read_shared_array(&probes.ebpf, LEAN_THREADS)?;

@@ -238,6 +238,9 @@ pub struct Probes {
     /// their totals, and LEAN_THREADS holds their operations in flight. Otherwise (with slots)
     /// it holds the short operations of the defaults.
     lean_array: bool,
+    /// Whether processes' own locks take the lean path (timing only, without per-thread rows),
+    /// whose threads time their operations in LEAN_THREADS.
+    lean_threads: bool,
     /// Keeps the kernel counting the programs' runs.
     run_stats: self_cost::RunTimeStats,
     /// This process's CPU time, and when, at the trace's start (`start_self_cost`).
@@ -549,6 +552,7 @@ impl Probes {
             features,
             slots: settings.target_slots.then(Vec::new),
             lean_array: settings.target_slots && !settings.attribution && !settings.per_thread,
+            lean_threads: !settings.attribution && !settings.per_thread,
             run_stats: self_cost::RunTimeStats::enable(settings.self_cost),
             cpu_at_start: (self_cost::process_cpu_ns(), Instant::now()),
             trace_start_ns: 0,
