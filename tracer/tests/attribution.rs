@@ -83,7 +83,28 @@ fn charge_waits_to_the_populating_writer(tracer_args: &[&str], tracepoints: &str
         .iter()
         .filter(|e| e["kind"] == "hold" && has_symbol(&e["frames"], "__mm_populate"))
         .max_by_key(|e| u(&e["total_ns"]))
-        .expect("the writer's populate hold");
+        .unwrap_or_else(|| {
+            let holds: Vec<String> = entries(&report)
+                .iter()
+                .filter(|e| e["kind"] == "hold")
+                .map(|e| {
+                    format!(
+                        "{} {} x{} max {} stack {} {:?}",
+                        e["mode"],
+                        e["cause"],
+                        e["count"],
+                        e["max_ns"],
+                        e["stack_collected"],
+                        symbols_of(&e["frames"])
+                    )
+                })
+                .collect();
+            panic!(
+                "no hold under __mm_populate; lost {}; holds:\n{}",
+                report["lost"],
+                holds.join("\n")
+            )
+        });
     assert_eq!(writer_hold["cause"], "mmap");
     assert!(
         u(&writer_hold["blocked_others"]["wait_ns"]) > 0,
