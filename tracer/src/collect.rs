@@ -97,6 +97,7 @@ impl Watch {
             exited: self.exited,
             stack_threshold_ns,
             thread_names: self.thread_names.clone(),
+            cpus: std::thread::available_parallelism().map_or(0, |n| n.get() as u32),
         }
     }
 

@@ -51,6 +51,17 @@ fn every_program_reports_its_runs_and_the_lock_programs_ran_for_every_acquisitio
     );
     let share = cost["added_share"].as_f64().unwrap();
     assert!(share > 0.0 && share < 1.0, "{share}");
+    // Everything it took: the programs, what the waiters paid for the part inside the lock
+    // (churn's threads do wait), and its own process; a share at least the programs'.
+    let lengthened = u(&cost["lengthened_ns"]);
+    assert!(lengthened > 0, "{cost}");
+    assert_eq!(
+        u(&cost["own_cost_ns"]),
+        run_time_ns + lengthened + u(&cost["tracer_cpu_ns"]),
+        "{cost}"
+    );
+    let own_share = cost["own_cost_share"].as_f64().unwrap();
+    assert!(own_share >= share && own_share < 1.0, "{cost}");
 
     // start_locking, acquire_returned and released each run at least once per acquisition
     // (and for every other process's lock operations, which they filter out).

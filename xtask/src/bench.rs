@@ -291,8 +291,9 @@ struct Sample {
     daemon_peak_rss_kib: Option<u64>,
     /// mmapsem-trace's non-zero `lost` counters (JSON), by name.
     lost: BTreeMap<String, u64>,
-    /// What mmapsem-trace's report says it cost (the JSON `self_cost`): the programs' added
-    /// time and the tracer process's CPU, as a share of the machine's CPU over the run.
+    /// What mmapsem-trace's report says it cost (the JSON `self_cost.own_cost_share`): the
+    /// programs' time, what waiters paid for the part inside the lock, and the tracer
+    /// process's CPU, over what the traced threads could have run.
     reported_cost: Option<f64>,
 }
 
@@ -556,8 +557,8 @@ fn program_counters(pid: u32) -> Result<Vec<parse::ProgFdinfo>> {
     Ok(programs)
 }
 
-/// The report's non-zero lost counters, and the share of the traced threads' time it says
-/// its programs added.
+/// The report's non-zero lost counters, and the share of what the traced threads could run
+/// that it says it took (programs, lengthened holds, its own process).
 fn read_report(report: &Path) -> Result<(BTreeMap<String, u64>, Option<f64>)> {
     let text = std::fs::read_to_string(report)
         .with_context(|| format!("reading mmapsem-trace's report {}", report.display()))?;
@@ -570,7 +571,7 @@ fn read_report(report: &Path) -> Result<(BTreeMap<String, u64>, Option<f64>)> {
         .filter_map(|(name, n)| Some((name.clone(), n.as_u64()?)))
         .filter(|(_, n)| *n > 0)
         .collect();
-    Ok((lost, json["self_cost"]["added_share"].as_f64()))
+    Ok((lost, json["self_cost"]["own_cost_share"].as_f64()))
 }
 
 fn read_proc_stat(pid: u32) -> Option<ProcStat> {
@@ -747,9 +748,9 @@ fn render_results(
          mmap_lock tracepoints (`mmapsem-trace --bench-floor btf|classic`). events/s is runs \
          per second of the tool's programs, which see every process's events (the floors': \
          the machine's mmap_lock events); untraced's `~` is the tp_btf floor's events per \
-         unit of work times untraced throughput; `reported cost` is the share of the traced \
-         threads' time the tracer's JSON report says its programs added (median), to set \
-         beside the measured slowdown (1 - vs untraced).\n\n",
+         unit of work times untraced throughput; `reported cost` is what the tracer's JSON \
+         report says it took (`self_cost.own_cost_share`, median), to set beside the \
+         measured slowdown (1 - vs untraced).\n\n",
         machine.date,
         machine.kernel,
         machine.cpus,

@@ -9,7 +9,7 @@ use tracer_common::{
 use super::processes::process_rows;
 pub use super::schema::*;
 use super::sections::{Inputs, Sections};
-use super::self_cost::self_cost;
+use super::self_cost::{self_cost, Window};
 use super::unwound::UserStackKind;
 use super::{
     cause::{cause_of, Cause},
@@ -63,7 +63,13 @@ pub fn build_report(harvest: &Harvest, symbols: &Symbols, meta: &TraceMeta) -> R
             meta.duration_ns,
             meta.thread_time_ns,
             harvest.tracer_cpu,
-        ),
+        )
+        .with_own_cost(&Window {
+            duration_ns: meta.duration_ns,
+            thread_time_ns: meta.thread_time_ns,
+            wait_ns: own_wait_ns,
+            cpus: meta.cpus,
+        }),
     }
 }
 
@@ -528,6 +534,7 @@ pub(crate) mod tests {
             thread_names: HashMap::new(),
             process_names: HashMap::from([(42, "app".to_string())]),
             system_wide: false,
+            cpus: 2,
         };
         (harvest, symbols, meta)
     }

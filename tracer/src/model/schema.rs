@@ -84,6 +84,8 @@ pub struct TraceMeta {
     /// Process id -> name (comm) from /proc; processes missing here are named by what the
     /// kernel recorded (`Harvest::locker_comms`).
     pub process_names: HashMap<u32, String>,
+    /// CPUs the machine has (0: unknown), what the tracer's own cost is set against.
+    pub cpus: u32,
 }
 
 #[derive(Clone, Debug, Serialize)]

@@ -124,6 +124,17 @@ pub struct SelfCost {
     /// harvest, which for a final report is a little after the trace's end): the share of one
     /// CPU the tracer process used; null for an empty window.
     pub tracer_cpu_share: Option<f64>,
+    /// What the waiters paid for the programs that run inside the critical section
+    /// (acquire_returned and released): their run time times the threads queued on average
+    /// (the traced threads' lock wait over the window); null when not available.
+    pub lengthened_ns: Option<u64>,
+    /// Everything the tracer took: `added_ns`, `lengthened_ns` and `tracer_cpu_ns`.
+    pub own_cost_ns: Option<u64>,
+    /// `own_cost_ns` over what the traced threads could have run in the window: their thread
+    /// time, or the machine's CPUs over the window when those are fewer (a lock-bound target
+    /// with more threads than CPUs pays for every CPU cycle taken from it). To be set beside
+    /// a measured slowdown.
+    pub own_cost_share: Option<f64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -134,7 +145,54 @@ pub struct ProgramCost {
     pub ns_per_run: u64,
 }
 
+/// The trace's window as the own cost needs it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Window {
+    pub duration_ns: u64,
+    pub thread_time_ns: u64,
+    /// The traced threads' lock wait in the window.
+    pub wait_ns: u64,
+    /// CPUs the machine has (0: unknown).
+    pub cpus: u32,
+}
+
 impl SelfCost {
+    /// Adds the own cost over `window`: the programs' time, the waiters' share of the part of
+    /// it inside the critical section, and the tracer process's CPU.
+    pub fn with_own_cost(mut self, window: &Window) -> Self {
+        let Some(added_ns) = self.added_ns else {
+            return self;
+        };
+        let scale = if self.counted_share.is_some_and(|share| share > 0.0) {
+            1.0 / self.counted_share.unwrap_or(1.0)
+        } else {
+            1.0
+        };
+        let inside_ns: u64 = self
+            .programs
+            .iter()
+            .filter(|p| runs_inside_the_lock(&p.name))
+            .map(|p| p.run_time_ns)
+            .sum();
+        let queued = if window.duration_ns == 0 {
+            0.0
+        } else {
+            window.wait_ns as f64 / window.duration_ns as f64
+        };
+        let lengthened_ns = (inside_ns as f64 * scale * queued).round() as u64;
+        let own_cost_ns = added_ns + lengthened_ns + self.tracer_cpu_ns;
+        let machine_ns = window.cpus as u64 * window.duration_ns;
+        let capacity_ns = match (window.thread_time_ns, machine_ns) {
+            (0, m) => m,
+            (t, 0) => t,
+            (t, m) => t.min(m),
+        };
+        self.lengthened_ns = Some(lengthened_ns);
+        self.own_cost_ns = Some(own_cost_ns);
+        self.own_cost_share = (capacity_ns > 0).then(|| own_cost_ns as f64 / capacity_ns as f64);
+        self
+    }
+
     /// Runs of every program.
     pub fn runs(&self) -> u64 {
         self.programs.iter().map(|p| p.runs).sum()
@@ -218,6 +276,9 @@ fn programs_cost(stats: &RunStats, duration_ns: u64, thread_time_ns: u64) -> Sel
         }),
         tracer_cpu_ns: 0,
         tracer_cpu_share: None,
+        lengthened_ns: None,
+        own_cost_ns: None,
+        own_cost_share: None,
     }
 }
 
@@ -232,7 +293,15 @@ fn unavailable(why: String) -> SelfCost {
         counted_share: None,
         tracer_cpu_ns: 0,
         tracer_cpu_share: None,
+        lengthened_ns: None,
+        own_cost_ns: None,
+        own_cost_share: None,
     }
+}
+
+/// The lock programs that run while the lock is held, whatever their kind of tracepoint.
+fn runs_inside_the_lock(program: &str) -> bool {
+    program.ends_with("acquire_returned") || program.ends_with("released")
 }
 
 /// Rounded to the nearest ns; 0 for a program that never ran.
@@ -250,6 +319,48 @@ pub(crate) mod tests {
             runs,
             run_time_ns,
         }
+    }
+
+    #[test]
+    fn the_own_cost_adds_what_waiters_paid_inside_the_lock_and_the_tracers_cpu() {
+        let stats = RunStats::Counted(vec![
+            runs("btf_start_locking", 1000, 400_000),
+            runs("btf_acquire_returned", 1000, 300_000),
+            runs("mmap_lock_released", 1000, 200_000),
+        ]);
+        let tracer = TracerCpu {
+            cpu_ns: 100_000,
+            wall_ns: 1_000_000_000,
+        };
+        // 8 threads over 1 s, 4 of them waiting on average, on 2 CPUs.
+        let window = Window {
+            duration_ns: 1_000_000_000,
+            thread_time_ns: 8_000_000_000,
+            wait_ns: 4_000_000_000,
+            cpus: 2,
+        };
+        let cost = self_cost(&stats, window.duration_ns, window.thread_time_ns, tracer)
+            .with_own_cost(&window);
+        assert_eq!(
+            cost.lengthened_ns,
+            Some(4 * 500_000),
+            "inside the lock, times 4 queued"
+        );
+        assert_eq!(cost.own_cost_ns, Some(900_000 + 2_000_000 + 100_000));
+        assert_eq!(
+            cost.own_cost_share,
+            Some(3_000_000.0 / 2e9),
+            "over the two CPUs, fewer than the threads"
+        );
+        let one_thread = Window {
+            thread_time_ns: 1_000_000_000,
+            ..window
+        };
+        let cost =
+            self_cost(&stats, 1_000_000_000, 1_000_000_000, tracer).with_own_cost(&one_thread);
+        assert_eq!(cost.own_cost_share, Some(3_000_000.0 / 1e9));
+        let unavailable = self_cost(&RunStats::Unavailable("no".into()), 1, 1, tracer);
+        assert_eq!(unavailable.with_own_cost(&window).own_cost_ns, None);
     }
 
     #[test]

@@ -63,7 +63,8 @@ mod tests {
             serde_json::json!({"available": false, "reason": "no BPF_ENABLE_STATS",
                 "programs": [], "events_per_second": null, "added_ns": null,
                 "added_share": null, "counted_share": null,
-                "tracer_cpu_ns": 0, "tracer_cpu_share": null})
+                "tracer_cpu_ns": 0, "tracer_cpu_share": null, "lengthened_ns": null,
+                "own_cost_ns": null, "own_cost_share": null})
         );
     }
 }

@@ -528,7 +528,8 @@ fn self_cost(out: &mut String, cost: &SelfCost) {
     tracer_cpu(out, cost);
 }
 
-/// The tracer process's own CPU, beside what its programs added to the traced threads.
+/// The tracer process's own CPU, beside what its programs added to the traced threads, and
+/// everything it took.
 fn tracer_cpu(out: &mut String, cost: &SelfCost) {
     let Some(share) = cost.tracer_cpu_share else {
         return;
@@ -540,6 +541,18 @@ fn tracer_cpu(out: &mut String, cost: &SelfCost) {
         human_ns(cost.tracer_cpu_ns),
         share * 100.0
     );
+    if let (Some(own_ns), Some(own_share), Some(lengthened_ns)) =
+        (cost.own_cost_ns, cost.own_cost_share, cost.lengthened_ns)
+    {
+        let _ = writeln!(
+            out,
+            "All told the tracer took {} ({:.2}% of what the traced threads could run): its \
+             programs, {} more waiting behind the holds they lengthened, and its process",
+            human_ns(own_ns),
+            own_share * 100.0,
+            human_ns(lengthened_ns)
+        );
+    }
 }
 
 #[cfg(test)]
@@ -706,7 +719,12 @@ mod tests {
                 && lines[6].contains(" of CPU (2.00% of one CPU) while tracing"),
             "{section}"
         );
-        assert_eq!(lines.len(), 7, "the report ends there: {section}");
+        assert!(
+            lines[7].starts_with("All told the tracer took ")
+                && lines[7].contains("% of what the traced threads could run)"),
+            "{section}"
+        );
+        assert_eq!(lines.len(), 8, "the report ends there: {section}");
     }
 
     #[test]

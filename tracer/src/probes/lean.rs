@@ -145,6 +145,8 @@ mod tests {
             key: AggKey {
                 kind,
                 mode,
+                kernel_stack: NO_STACK,
+                user_stack: NO_STACK,
                 ..AggKey::default()
             },
             value,
