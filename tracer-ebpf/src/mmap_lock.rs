@@ -434,7 +434,10 @@ fn on_lock_event<R: Family>(st: &mut LockState, call: &mut LockCall, hook: Hook)
     };
     // Whatever asks for stacks does so here, before the state changes: the second call, with
     // the stacks, takes the same decisions.
-    let sampled = attribute && new_wait && sampled_once(&locker, call, now);
+    // `--stack-threshold 0` asks for every stack: each operation is walked (and copied, within
+    // the budget) at start_locking, as the sampled ones are.
+    let every_stack = cfg.stack_threshold_ns == 0;
+    let sampled = attribute && new_wait && (every_stack || sampled_once(&locker, call, now));
     let wants_stacks = if is_start {
         sampled
     } else {

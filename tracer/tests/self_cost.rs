@@ -166,8 +166,12 @@ fn sampled_self_cost_counts_a_share_of_the_trace_and_extrapolates_from_it() {
     );
 
     // start_locking runs once per lock operation that is not a trylock: extrapolated from the
-    // counted share, within a factor of three of the operations the trace counted (a share
-    // that did not match the time counted would be off by ten).
+    // counted share, at least a third of the operations the trace counted (a share that did
+    // not match the time counted would be off by ten). Under emulation, where the workload
+    // makes a few hundred operations and the counted windows see a tenth of them, a fifth.
+    // No upper bound: the program also runs for every other process's lock operations, which
+    // it filters out, and a QEMU guest beside the test made ten times the target's.
+    let factor = if common::slowdown() > 1 { 5.0 } else { 3.0 };
     let totals = &report["totals"];
     let operations = u(&totals["write"]["acquisitions"]) as f64;
     let start_locking = programs(&report)
@@ -176,7 +180,7 @@ fn sampled_self_cost_counts_a_share_of_the_trace_and_extrapolates_from_it() {
         .map(|p| u(&p["runs"]) as f64 / share)
         .expect("a start_locking program");
     assert!(
-        start_locking > operations / 3.0 && start_locking < operations * 3.0,
+        start_locking > operations / factor,
         "start_locking ran about {start_locking:.0} times for {operations} write acquisitions"
     );
 }

@@ -319,8 +319,14 @@ pub fn stack_frames(
 
 /// The innermost kernel frames are the tracing machinery (the stack is taken inside a
 /// tracepoint's BPF program): they say nothing about who locked, so they are left out. The
-/// JITed program itself may come first, resolved to whatever symbol precedes it.
+/// JITed program itself may come first, resolved to whatever symbol precedes it. So is the
+/// lock's own slow path right below it (`rwsem_down_write_slowpath`, `down_write_killable`):
+/// the stacks of a wait that slept are walked at lock:contention_begin, inside it, and serve
+/// the hold that follows too, which the slow path would misname; the caller (vm_mmap_pgoff,
+/// lock_mm_and_find_vma) is what names the operation, as in the stacks walked at
+/// start_locking.
 pub fn without_tracing_frames(frames: &[Frame]) -> &[Frame] {
+    const SLOW_PATH: [&str; 4] = ["rwsem_down_", "down_read", "down_write", "__down_"];
     const MACHINERY: [&str; 6] = [
         "__mmap_lock_do_trace_",
         "__traceiter_",
@@ -341,7 +347,16 @@ pub fn without_tracing_frames(frames: &[Frame]) -> &[Frame] {
         .iter()
         .take_while(|f| is_machinery(f))
         .count();
-    &frames[first + run..]
+    let rest = &frames[first + run..];
+    let slow_path = rest
+        .iter()
+        .take_while(|f| {
+            f.symbol
+                .as_deref()
+                .is_some_and(|s| SLOW_PATH.iter().any(|p| s.starts_with(p)))
+        })
+        .count();
+    &rest[slow_path..]
 }
 
 fn histogram_rows(hist: &[u64; HIST_SLOTS]) -> Vec<[u64; 2]> {
@@ -884,6 +899,22 @@ pub(crate) mod tests {
             .filter_map(|f| f.symbol.clone())
             .collect();
         assert_eq!(kept, ["__schedule", "io_schedule"]);
+    }
+
+    #[test]
+    fn the_locks_slow_path_below_the_machinery_is_trimmed_too() {
+        let frames = vec![
+            frame(true, "bpf_trace_run2"),
+            frame(true, "rwsem_down_write_slowpath"),
+            frame(true, "down_write_killable"),
+            frame(true, "vm_mmap_pgoff"),
+            frame(true, "down_read_trylock_but_a_caller"),
+        ];
+        let kept: Vec<_> = without_tracing_frames(&frames)
+            .iter()
+            .filter_map(|f| f.symbol.clone())
+            .collect();
+        assert_eq!(kept, ["vm_mmap_pgoff", "down_read_trylock_but_a_caller"]);
     }
 
     #[test]
