@@ -82,23 +82,6 @@ impl Blockers {
         (id, mode)
     }
 
-    /// How long the longest of these holds has lasted by `now` (0 for queued writers, whose
-    /// hold has not begun): a wait behind a hold that is already long is likely long too.
-    #[inline(always)]
-    pub fn longest_held(&self, now: u64) -> u64 {
-        let mut longest = 0;
-        for i in 0..MAX_BLOCKERS {
-            let start = self.refs[i].hold_start_ns;
-            if i < self.count as usize && start != QUEUED {
-                let held = now.saturating_sub(start);
-                if held > longest {
-                    longest = held;
-                }
-            }
-        }
-        longest
-    }
-
     pub const ZERO: Blockers = Blockers {
         count: 0,
         write_mask: 0,
@@ -426,18 +409,6 @@ mod tests {
         h.add(true, 2, 20);
         assert_eq!((h.writer.tid, h.writer.blocked), (2, 1));
         assert_eq!(h.queued_writer.tid, 0);
-    }
-
-    #[test]
-    fn the_longest_hold_so_far_ignores_queued_writers() {
-        let mut h = Holders::default();
-        h.add(false, 1, 100);
-        h.add(false, 2, 400);
-        h.queue_writer(3);
-        let b = h.blockers_of(4, false);
-        assert_eq!(b.count, 3);
-        assert_eq!(b.longest_held(1000), 900);
-        assert_eq!(Blockers::ZERO.longest_held(1000), 0);
     }
 
     #[test]
