@@ -141,9 +141,17 @@ fn groups_of(login: &std::ffi::CStr, gid: libc::gid_t) -> Result<Vec<libc::gid_t
     }
 }
 
-/// The output of a command run beside the live view: the last CAPTURED_BYTES of it.
+/// The output of a command run beside the live view: the last CAPTURED_BYTES of it, and
+/// whether the pipe was read to its end.
 #[derive(Clone, Default)]
-pub struct CapturedOutput(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+pub struct CapturedOutput {
+    kept: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    closed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// How long `take` waits for the reader to reach the end of the pipe: a command's last
+/// writes may still be in it when the trace ends with the command's exit.
+const LAST_WRITES: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// How much of a command's output is kept while the live view runs (the end of it).
 const CAPTURED_BYTES: usize = 1 << 20;
@@ -158,18 +166,28 @@ impl CapturedOutput {
             let mut pipe = std::fs::File::from(pipe);
             let mut chunk = [0u8; 8192];
             while let Ok(n @ 1..) = std::io::Read::read(&mut pipe, &mut chunk) {
-                let mut kept = buffer.0.lock().unwrap_or_else(|e| e.into_inner());
+                let mut kept = buffer.kept.lock().unwrap_or_else(|e| e.into_inner());
                 kept.extend_from_slice(&chunk[..n]);
                 let excess = kept.len().saturating_sub(CAPTURED_BYTES);
                 kept.drain(..excess);
             }
+            buffer
+                .closed
+                .store(true, std::sync::atomic::Ordering::Release);
         });
         captured
     }
 
-    /// What was captured so far.
+    /// What was captured, once the pipe is read to its end or LAST_WRITES has passed (the
+    /// command's children may keep it open).
     pub fn take(&self) -> Vec<u8> {
-        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+        let deadline = std::time::Instant::now() + LAST_WRITES;
+        while !self.closed.load(std::sync::atomic::Ordering::Acquire)
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        std::mem::take(&mut *self.kept.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
 
