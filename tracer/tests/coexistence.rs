@@ -16,7 +16,7 @@ fn perf_beside_the_tracer(tracer_args: &[&str]) -> (u64, TracerResult) {
     let mut tracer = Tracer::spawn(&args);
     tracer.wait_attached();
     let counted = perf_counted_start_locking();
-    unsafe { libc::kill(tracer.pid() as i32, libc::SIGTERM) };
+    tracer.signal(libc::SIGTERM);
     let result = tracer.finish();
     target.start();
     target.finish();

@@ -378,7 +378,7 @@ fn sigterm_writes_the_exports_without_following_a_planted_symlink() {
     tracer.wait_attached();
     workload.start();
     std::thread::sleep(std::time::Duration::from_millis(500));
-    unsafe { libc::kill(tracer.pid() as i32, libc::SIGTERM) };
+    tracer.signal(libc::SIGTERM);
     let result = tracer.finish();
     unsafe { libc::kill(workload.pid as i32, libc::SIGKILL) };
     let _ = workload.child.wait();

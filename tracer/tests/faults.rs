@@ -213,7 +213,7 @@ fn sigint_and_sighup_write_the_report_collected_so_far() {
         // Let some work happen, so that an empty report would be a loss.
         let _ = workload.read_line();
         std::thread::sleep(std::time::Duration::from_millis(300));
-        unsafe { libc::kill(tracer.pid() as i32, signal) };
+        tracer.signal(signal);
         let result = tracer.finish();
         unsafe { libc::kill(workload.pid as i32, libc::SIGKILL) };
         let _ = workload.child.wait();

@@ -279,6 +279,13 @@ impl Tracer {
         self.child.id()
     }
 
+    /// Sends `signal` to the tracer (SIGINT or SIGTERM end a trace with its report written).
+    pub fn signal(&self, signal: libc::c_int) {
+        // SAFETY: kill(2) on our own child's pid; it has not been waited for, so the pid is
+        // still ours.
+        unsafe { libc::kill(self.pid() as i32, signal) };
+    }
+
     /// Blocks until the tracer says it is attached; panics with its stderr if it never does.
     pub fn wait_attached(&mut self) {
         self.wait_line("attached");
