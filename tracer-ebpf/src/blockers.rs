@@ -14,11 +14,11 @@ use aya_ebpf::{macros::map, maps::Array};
 use tracer_common::{FAST_TARGETS, KEYS_BLOCKED};
 
 use crate::{
+    filter::{Locker, NO_SLOT},
     maps::{
         atomic_add, config, count, count_key, keeps_thread, slot_of, BPF_NOEXIST, EEXIST,
         FULL_BLOCKED,
     },
-    target::{Locker, NO_SLOT},
 };
 
 /// Current holders of each target mm's lock (blocker attribution). Enlarged by user space in

@@ -4,7 +4,7 @@
 //! perf record is formatted per hit), classic ones where the kernel lacks their BTF.
 //!
 //! A wait's first contention_begin is also where the mmap_lock family names it
-//! (`mmap_lock::wait_sleeps`): the thread is about to sleep, so the work costs it alone.
+//! (`operation::wait_sleeps`): the thread is about to sleep, so the work costs it alone.
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
@@ -15,9 +15,9 @@ use tracer_common::{LockState, StateKey};
 
 use crate::{
     context::{BtfRegs, ClassicRegs},
+    filter::is_target_mm,
     maps::{armed, config, LOCK_STATE},
-    mmap_lock,
-    target::is_target_mm,
+    operation,
     user_stacks::CopyUserStack,
 };
 
@@ -58,7 +58,7 @@ fn begin<R: CopyUserStack, C: StackIdContext>(ctx: &C, lock: u64) {
     };
     let first_sleep = state.slept == 0 && state.timing.wait_start_ns != 0;
     if first_sleep && config().attribution != 0 {
-        mmap_lock::wait_sleeps::<R, C>(ctx, state, mm);
+        operation::wait_sleeps::<R, C>(ctx, state, mm);
     }
     // After that work: the sleep is timed from when the thread goes to sleep.
     state.contention_begin(unsafe { bpf_ktime_get_ns() });

@@ -8,18 +8,13 @@
 //! /proc in user space.
 
 use aya_ebpf::helpers::bpf_get_current_pid_tgid;
-use aya_ebpf::{macros::map, maps::PerCpuArray};
-use tracer_common::{
-    StateKey, FAULTS_FILEMAP, FAULTS_FILEMAP_UNDER_LOCK, FAULTS_TOOK_MMAP_LOCK, FAULT_SLOTS,
-};
+use tracer_common::{StateKey, FAULTS_FILEMAP, FAULTS_FILEMAP_UNDER_LOCK};
 
 use crate::{
+    causes::FAULT_COUNTS,
+    filter::{current_mm, is_target_tgid},
     maps::{add_to, armed, config, LOCK_STATE, TID_HOLDING},
-    target::{current_mm, is_target_tgid},
 };
-
-#[map]
-pub static FAULT_COUNTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(FAULT_SLOTS, 0);
 
 classic_tracepoint! {
     fn mm_filemap_fault(ctx) {
@@ -47,18 +42,4 @@ fn holding_now(tid: u32) -> bool {
         return unsafe { LOCK_STATE.get(&key) }.is_some_and(|st| st.timing.hold_start_ns != 0);
     }
     unsafe { TID_HOLDING.get(&tid) }.is_some_and(|mm| *mm != 0)
-}
-
-/// Whether `orig_ax`, as the thread saved it entering the kernel, says it came through an
-/// exception (a user page fault) rather than a syscall.
-#[inline(always)]
-pub fn is_exception(orig_ax: i64) -> bool {
-    orig_ax == -1
-}
-
-/// Counts one lock operation begun for a fault (a fault retried after dropping the lock, to
-/// wait for I/O, counts again: it takes the lock again).
-#[inline(always)]
-pub fn count_fault_lock() {
-    add_to(&FAULT_COUNTS, FAULTS_TOOK_MMAP_LOCK, 1);
 }

@@ -22,9 +22,10 @@ use tracer_common::{
 };
 
 use crate::{
+    event::{decode, Hook, LockArgs, LockCall},
+    filter::{Locker, NO_SLOT},
     maps::{add_duration, atomic_add, config, count, BPF_F_MMAPABLE, LOCK_STATE},
-    mmap_lock::{add_totals, agg_value, decode, state_of, Hook, LockArgs, LockCall},
-    target::{Locker, NO_SLOT},
+    records::{add_totals, agg_value, state_of},
 };
 
 /// Waits and holds of the listed targets' own threads, by `lean_agg_index`.

@@ -1,5 +1,5 @@
-//! eBPF programs of mmapsem-trace. One probe family per module; maps and the load-time
-//! configuration in `maps`; target filtering in `target`.
+//! eBPF programs of mmapsem-trace. One probe family per program file; maps and the load-time
+//! configuration in `maps`; target filtering in `filter`.
 #![no_std]
 #![no_main]
 // The atomic add intrinsic (maps::atomic_add): core's atomic types are disabled for BPF.
@@ -27,20 +27,31 @@ macro_rules! classic_tracepoint {
     };
 }
 
-mod blockers;
-mod contention;
+// In tiers (docs/ARCHITECTURE.md; tracer/src/layering.rs checks them): a file uses files of
+// its own tier or below, and a program file no other program file.
+// Leaves: the maps, the registers, the target filter, a hit decoded, where operations are
+// recorded, their causes.
+mod causes;
 mod context;
-mod faults;
-mod floor;
-mod lean;
+mod event;
+mod filter;
 mod maps;
-mod mmap_lock;
+mod records;
+// The middle: what the programs share beyond the leaves.
+mod blockers;
+mod lean;
+mod operation;
 mod pending;
-mod sched;
-mod syscalls;
-mod target;
 mod timeline;
 mod user_stacks;
+// Programs, one file per attachment family.
+mod contention;
+mod faults;
+mod floor;
+mod lifecycle;
+mod mmap_lock;
+mod sched;
+mod syscalls;
 
 #[cfg(not(test))]
 #[panic_handler]

@@ -13,7 +13,7 @@ use tracer_common::{AggKey, LockState, OffCpu, PendingAgg};
 use crate::{
     blockers,
     maps::{add_duration, atomic_add, config, LOCK_STATE},
-    mmap_lock::agg_value,
+    records::agg_value,
 };
 
 /// Leaves a finished wait for later; its blockers stay in `st.blockers` until then.

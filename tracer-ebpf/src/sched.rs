@@ -11,9 +11,9 @@ use tracer_common::{
 };
 
 use crate::{
+    filter::is_target_mm,
     maps::{config, LOCK_STATE, TID_HOLDING},
-    mmap_lock::stack_id,
-    target::is_target_mm,
+    records::stack_id,
 };
 
 /// TASK_UNINTERRUPTIBLE in prev_state: a D sleep, usually I/O.

@@ -5,23 +5,15 @@
 //! workload (half its syscalls are mm syscalls; most programs make far fewer).
 
 use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns};
-use aya_ebpf::{
-    macros::map,
-    maps::{LruHashMap, PerCpuArray},
-};
-use tracer_common::{
-    Counter, Effects, LockState, StateKey, SyscallState, SyscallTotals, MM_SYSCALLS,
-};
+use aya_ebpf::{macros::map, maps::PerCpuArray};
+use tracer_common::{Counter, StateKey, SyscallState, SyscallTotals, MM_SYSCALLS};
 
 use crate::{
+    causes::SYSCALLS_ACTIVE,
+    filter::{current_mm, is_target_tgid},
     maps::{armed, config, count, LOCK_STATE},
     pending,
-    target::{current_mm, is_target_tgid, Locker},
 };
-
-/// mm syscalls in progress on target threads.
-#[map]
-pub static SYSCALLS_ACTIVE: LruHashMap<u32, SyscallState> = LruHashMap::with_max_entries(16384, 0);
 
 #[map]
 pub static SYSCALL_TOTALS: PerCpuArray<SyscallTotals> =
@@ -93,44 +85,6 @@ fn exit() {
         totals.lock_wait_ns += lock_wait_ns;
         totals.lock_hold_ns += lock_hold_ns;
     }
-}
-
-/// 1 + the index in MM_SYSCALLS of syscall number `nr`, 0 when it is none of them.
-#[inline(always)]
-pub fn cause_of(nr: i64) -> u8 {
-    match config().syscalls.nrs.iter().position(|&n| n as i64 == nr) {
-        Some(index) => index as u8 + 1,
-        None => 0,
-    }
-}
-
-/// 1 + the index of the target thread's mm syscall in progress as the syscall programs saw it
-/// enter, 0 when none (or they are not attached).
-#[inline(always)]
-pub fn current(locker: &Locker) -> u8 {
-    if locker.outside_pid != 0 {
-        return 0;
-    }
-    match unsafe { SYSCALLS_ACTIVE.get(&locker.tid) } {
-        Some(state) if state.enter_ns != 0 => (state.index as u8).wrapping_add(1),
-        _ => 0,
-    }
-}
-
-/// Adds a lock operation's wait and hold to what its syscall will be handed at its exit
-/// (`cause` non-zero: the operation serves one), and returns the cause.
-#[inline(always)]
-pub fn charge(st: &mut LockState, fx: &Effects) -> u8 {
-    if st.cause == 0 {
-        return 0;
-    }
-    if let Some((_, ns)) = fx.wait {
-        st.syscall_wait_ns += ns;
-    }
-    if let Some((_, ns)) = fx.hold {
-        st.syscall_hold_ns += ns;
-    }
-    st.cause
 }
 
 /// The lock wait and hold the exiting syscall's lock operations left in the thread's state

@@ -5,8 +5,8 @@ use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::map, maps::RingBuf};
 use tracer_common::{AggKey, Counter, TimelineEvent};
 
 use crate::{
+    filter::Locker,
     maps::{config, count},
-    target::Locker,
 };
 
 /// Sized by user space at load time (one page when no timeline is asked for).

@@ -17,8 +17,8 @@ use tracer_common::{
 
 use crate::{
     context::{BtfRegs, ClassicRegs, Regs},
+    filter::Locker,
     maps::{config, count},
-    target::Locker,
 };
 
 /// Sized by user space at load time (one page when no copies are asked for).

@@ -1,7 +1,7 @@
-//! The crate's module graph, read from its own sources: data flows one way
-//! (docs/ARCHITECTURE.md), so no two modules import each other, directly or around a cycle, no
-//! module imports one of a layer above its own, and the model imports nothing of the layers
-//! around it. A parent module's use of its children and a child's use of its ancestors
+//! The module graphs of this crate and of the eBPF programs' crate, read from their sources:
+//! data flows one way (docs/ARCHITECTURE.md), so no two modules import each other, directly or
+//! around a cycle, no module imports one of a layer above its own, the model imports nothing of
+//! the layers around it, and no eBPF program file imports another. A parent module's use of its children and a child's use of its ancestors
 //! (`super::Harvest`) are the usual Rust shape and do not count; siblings and cousins do. Test
 //! code (`#[cfg(test)]` modules) is left out: tests may reach anywhere.
 
@@ -10,9 +10,30 @@ use std::path::{Path, PathBuf};
 
 use syn::visit::Visit;
 
+/// A crate's sources: its `src` directory and the file that is its root ("lib" or "main").
+#[derive(Clone, Copy)]
+struct Crate {
+    dir: &'static str,
+    root: &'static str,
+}
+
+/// This crate, the user-space side (its binary's `main.rs` is not a module).
+const TRACER: Crate = Crate {
+    dir: ".",
+    root: "lib",
+};
+
+/// The eBPF programs' crate (its `lib.rs` is an empty library for cargo's rebuilds).
+const EBPF: Crate = Crate {
+    dir: "../tracer-ebpf",
+    root: "main",
+};
+
 /// Module path ("" for the crate root, "model::sections") -> its source file.
-fn modules() -> BTreeMap<String, PathBuf> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+fn modules(krate: Crate) -> BTreeMap<String, PathBuf> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(krate.dir)
+        .join("src");
     let mut found = BTreeMap::new();
     let mut dirs = vec![src.clone()];
     while let Some(dir) = dirs.pop() {
@@ -21,7 +42,7 @@ fn modules() -> BTreeMap<String, PathBuf> {
             if path.is_dir() {
                 dirs.push(path);
             } else if path.extension().is_some_and(|e| e == "rs") {
-                if let Some(name) = module_name(&src, &path) {
+                if let Some(name) = module_name(&src, &path, krate.root) {
                     found.insert(name, path);
                 }
             }
@@ -30,16 +51,20 @@ fn modules() -> BTreeMap<String, PathBuf> {
     found
 }
 
-/// `src/model/mod.rs` -> "model"; `src/lib.rs` -> ""; the binary's `main.rs` is not a module.
-fn module_name(src: &Path, file: &Path) -> Option<String> {
+/// `src/model/mod.rs` -> "model"; the root (`src/lib.rs`) -> ""; the crate's other top-level
+/// `lib.rs` or `main.rs` is not a module.
+fn module_name(src: &Path, file: &Path, root: &str) -> Option<String> {
     let rel = file.strip_prefix(src).ok()?.with_extension("");
     let mut parts: Vec<String> = rel
         .components()
         .map(|c| c.as_os_str().to_string_lossy().into_owned())
         .collect();
     match parts.last().map(String::as_str) {
-        Some("main") if parts.len() == 1 => return None,
-        Some("mod") | Some("lib") => {
+        Some(name) if parts.len() == 1 && name == root => {
+            parts.pop();
+        }
+        Some("main") | Some("lib") if parts.len() == 1 => return None,
+        Some("mod") => {
             parts.pop();
         }
         _ => {}
@@ -138,8 +163,8 @@ fn within(module: &str, ancestor: &str) -> bool {
 }
 
 /// Module -> the modules of ours its non-test code uses, leaving out itself and its ancestors.
-fn graph() -> BTreeMap<String, BTreeSet<String>> {
-    let known = modules();
+fn graph(krate: Crate) -> BTreeMap<String, BTreeSet<String>> {
+    let known = modules(krate);
     known
         .iter()
         .map(|(name, file)| {
@@ -176,21 +201,34 @@ fn cycle_through(graph: &BTreeMap<String, BTreeSet<String>>, start: &str) -> Opt
     None
 }
 
+/// Every cycle of `graph`, one per module on one.
+fn cycles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
+    graph
+        .keys()
+        .filter_map(|m| cycle_through(graph, m))
+        .map(|c| c.join(" -> "))
+        .collect()
+}
+
 #[test]
 fn no_two_modules_import_each_other_even_around_a_cycle() {
-    let graph = graph();
+    let graph = graph(TRACER);
     assert!(graph.contains_key("model::report"), "sources not found");
-    let cycles: Vec<String> = graph
-        .keys()
-        .filter_map(|m| cycle_through(&graph, m))
-        .map(|c| c.join(" -> "))
-        .collect();
+    let cycles = cycles(&graph);
+    assert!(cycles.is_empty(), "import cycles:\n{}", cycles.join("\n"));
+}
+
+#[test]
+fn no_two_ebpf_files_import_each_other_even_around_a_cycle() {
+    let graph = graph(EBPF);
+    assert!(graph.contains_key("mmap_lock"), "eBPF sources not found");
+    let cycles = cycles(&graph);
     assert!(cycles.is_empty(), "import cycles:\n{}", cycles.join("\n"));
 }
 
 #[test]
 fn the_model_imports_nothing_of_the_layers_around_it() {
-    let graph = graph();
+    let graph = graph(TRACER);
     let outside: Vec<String> = graph
         .iter()
         .filter(|(m, _)| within(m, "model"))
@@ -216,23 +254,63 @@ const LAYERS: [&[&str]; 8] = [
     &["", "run"],
 ];
 
-/// The layer of a module (of its top-level module), if it has one.
-fn layer_of(module: &str) -> Option<usize> {
+/// The eBPF crate's tiers, lowest first (docs/ARCHITECTURE.md): leaves (maps, registers, the
+/// target filter, a hit decoded, where operations are recorded, their causes), the middle that
+/// several programs share, then the program files, one per attachment family, which import no
+/// other program file (`PROGRAM_TIER`), and the crate root that declares them all.
+const EBPF_TIERS: [&[&str]; 4] = [
+    &["causes", "context", "event", "filter", "maps", "records"],
+    &[
+        "blockers",
+        "lean",
+        "operation",
+        "pending",
+        "timeline",
+        "user_stacks",
+    ],
+    &[
+        "contention",
+        "faults",
+        "floor",
+        "lifecycle",
+        "mmap_lock",
+        "sched",
+        "syscalls",
+    ],
+    &[""],
+];
+
+/// The tier of EBPF_TIERS whose files are programs.
+const PROGRAM_TIER: usize = 2;
+
+/// The layer of a module (of its top-level module) in `layers`, if it has one.
+fn layer_of(layers: &[&[&str]], module: &str) -> Option<usize> {
     let top = module.split("::").next().unwrap_or("");
-    LAYERS.iter().position(|layer| layer.contains(&top))
+    layers.iter().position(|layer| layer.contains(&top))
 }
 
-/// The imports that point up the layers in `graph`, and the modules in no layer.
-fn upward_imports(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
+/// The imports that point up `layers` in `graph` (or, in `apart`, across a layer whose modules
+/// must not use one another), and the modules in no layer.
+fn upward_imports(
+    graph: &BTreeMap<String, BTreeSet<String>>,
+    layers: &[&[&str]],
+    apart: Option<usize>,
+) -> Vec<String> {
     let mut wrong = Vec::new();
     for (module, uses) in graph {
-        let Some(at) = layer_of(module) else {
-            wrong.push(format!("{module} is in no layer of LAYERS"));
+        let Some(at) = layer_of(layers, module) else {
+            wrong.push(format!("{module} is in no layer"));
             continue;
         };
         for used in uses {
-            if layer_of(used).is_some_and(|above| above > at) {
-                wrong.push(format!("{module} uses {used}, a layer above it"));
+            match layer_of(layers, used) {
+                Some(above) if above > at => {
+                    wrong.push(format!("{module} uses {used}, a layer above it"))
+                }
+                Some(same) if same == at && apart == Some(at) => {
+                    wrong.push(format!("{module} uses {used}, a file of its own layer"))
+                }
+                _ => {}
             }
         }
     }
@@ -241,10 +319,17 @@ fn upward_imports(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
 
 #[test]
 fn no_module_imports_one_of_a_layer_above_it() {
-    let mut graph = graph();
+    let mut graph = graph(TRACER);
     // This file is test code, compiled only into the tests.
     graph.remove("layering");
-    let wrong = upward_imports(&graph);
+    let wrong = upward_imports(&graph, &LAYERS, None);
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn no_ebpf_file_imports_one_of_a_tier_above_it_nor_a_program_file_another() {
+    let graph = graph(EBPF);
+    let wrong = upward_imports(&graph, &EBPF_TIERS, Some(PROGRAM_TIER));
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
@@ -259,10 +344,31 @@ fn an_upward_import_or_an_unlayered_module_is_found() {
     .map(|(m, uses)| (m.to_string(), uses.iter().map(|u| u.to_string()).collect()))
     .collect();
     assert_eq!(
-        upward_imports(&graph),
+        upward_imports(&graph, &LAYERS, None),
         [
-            "newcomer is in no layer of LAYERS",
+            "newcomer is in no layer",
             "probes::mmap_lock uses cli, a layer above it",
+        ]
+    );
+}
+
+/// The eBPF crate's shape before its tiers: a program file as the library of others (lean
+/// importing mmap_lock's helpers), and one program file calling another.
+#[test]
+fn an_ebpf_upward_import_or_one_between_program_files_is_found() {
+    let graph: BTreeMap<String, BTreeSet<String>> = [
+        ("lean", &["mmap_lock", "maps"][..]),
+        ("contention", &["mmap_lock", "operation"][..]),
+        ("maps", &[][..]),
+    ]
+    .iter()
+    .map(|(m, uses)| (m.to_string(), uses.iter().map(|u| u.to_string()).collect()))
+    .collect();
+    assert_eq!(
+        upward_imports(&graph, &EBPF_TIERS, Some(PROGRAM_TIER)),
+        [
+            "contention uses mmap_lock, a file of its own layer",
+            "lean uses mmap_lock, a layer above it",
         ]
     );
 }

@@ -105,7 +105,7 @@ impl Family {
 }
 
 // The maps of the core that every family's programs share (tracer-ebpf's `maps.rs` and
-// `target.rs`), and the load-time `Config` global (`EbpfLoader::override_global`).
+// `filter.rs`), and the load-time `Config` global (`EbpfLoader::override_global`).
 const CONFIG: &str = "CONFIG";
 const AGG: &str = "AGG";
 const ARMED: &str = "ARMED";

@@ -1,22 +1,17 @@
-//! Which lock events concern a target: the target's mm, whoever locks it.
+//! Which lock events concern a target: the target's mm, whoever locks it. The maps and the
+//! tests the programs filter with; the programs that keep them current as processes fork,
+//! exec and exit are in `lifecycle`.
 
 use aya_ebpf::helpers::{
-    bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns,
-    bpf_probe_read_kernel,
+    bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_probe_read_kernel,
 };
-use aya_ebpf::maps::{HashMap, LruHashMap, PerCpuArray};
-
 use aya_ebpf::{
-    macros::{btf_tracepoint, map},
-    maps::Array,
-    programs::BtfTracePointContext,
+    macros::map,
+    maps::{Array, HashMap, LruHashMap},
 };
-use tracer_common::{
-    Config, Counter, FastTargets, StateKey, EXITED_LIFETIME_NS, EXITED_THREADS, FAST_TARGETS,
-};
+use tracer_common::{Config, Counter, FastTargets, FAST_TARGETS};
 
-use crate::maps::{add_to, armed, config, count, BPF_F_MMAPABLE, TRACE_START};
-use crate::pending;
+use crate::maps::{config, count, BPF_F_MMAPABLE};
 
 /// Target tgids given on the command line (value unused).
 #[map]
@@ -41,10 +36,6 @@ pub static LOCKER_COMMS: HashMap<u32, [u8; 16]> = HashMap::with_max_entries(1024
 /// process was still in its exec under its parent's name. Enlarged like LOCKER_COMMS.
 #[map]
 pub static EXEC_COMMS: LruHashMap<u32, [u8; 16]> = LruHashMap::with_max_entries(1024, 0);
-
-/// See tracer_common::EXITED_LIFETIME_NS.
-#[map]
-pub static THREAD_EXITS: PerCpuArray<u64> = PerCpuArray::with_max_entries(2, 0);
 
 const EEXIST: i32 = 17;
 
@@ -292,7 +283,7 @@ fn classify_by_slot(mm: u64, tgid: u32, tid: u32, cfg: &Config) -> Option<Locker
 }
 
 #[inline(always)]
-fn slot_of_pid(targets: &FastTargets, tgid: u32) -> usize {
+pub fn slot_of_pid(targets: &FastTargets, tgid: u32) -> usize {
     for i in 0..FAST_TARGETS {
         if targets.pids[i] == tgid {
             return i;
@@ -357,7 +348,7 @@ pub fn is_target_tgid(tgid: u32) -> bool {
 
 /// True for the threads of a process given with -p (or launched).
 #[inline(always)]
-fn is_listed_target(tgid: u32) -> bool {
+pub fn is_listed_target(tgid: u32) -> bool {
     unsafe { TARGET_TGIDS.get(&tgid) }.is_some()
 }
 
@@ -462,135 +453,4 @@ pub fn fatal_signal_pending() -> bool {
     let signals = task.wrapping_add(offset as usize) as *const u64;
     const SIGKILL_BIT: u64 = 1 << (9 - 1);
     unsafe { bpf_probe_read_kernel(signals) }.is_ok_and(|set| set & SIGKILL_BIT != 0)
-}
-
-/// A process's last thread exits: its mm stops being a target's. The mm_struct is freed once
-/// its lazy users are done and is soon reused by another process, whose exec and first locks
-/// would otherwise be counted as outside lockers of the dead target (exec locks the new mm from
-/// a task whose `mm` is still the old one). exit_mm has cleared the task's `mm` by now; its
-/// `active_mm` still names the mm it left.
-///
-/// Every exiting target thread also adds the time it lived inside the trace to THREAD_EXITS:
-/// the thread time that wait shares are measured against comes from real lifetimes. Every
-/// exiting thread frees its LEAN_THREADS entry.
-#[btf_tracepoint(function = "sched_process_exit")]
-pub fn sched_process_exit(_ctx: BtfTracePointContext) -> i32 {
-    let cfg = config();
-    let task = unsafe { bpf_get_current_task() } as *const u8;
-    let mm_field = task.wrapping_add(cfg.task_active_mm_offset as usize) as *const u64;
-    let Ok(mm) = (unsafe { bpf_probe_read_kernel(mm_field) }) else {
-        return 0;
-    };
-    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    crate::lean::forget_thread(bpf_get_current_pid_tgid() as u32);
-    let owns_target_mm = unsafe { TARGET_MMS.get(&mm) }.is_some_and(|owner| *owner == tgid);
-    if armed() && tgid != cfg.tracer_tgid && (owns_target_mm || is_listed_target(tgid)) {
-        add_lifetime(task, cfg);
-        // The thread locks nothing more: what its last lock operation left is aggregated now.
-        pending::flush_thread(&StateKey {
-            tid: bpf_get_current_pid_tgid() as u32,
-            _pad: 0,
-            mm,
-        });
-    }
-    if !process_is_gone(task, cfg) {
-        return 0;
-    }
-    if owns_target_mm {
-        let _ = TARGET_MMS.remove(&mm);
-    }
-    if cfg.inherit != 0 {
-        // An inherited child is a target no longer (the command itself stays listed: user
-        // space watches it).
-        if unsafe { TARGET_TGIDS.get(&tgid) }.is_some_and(|&parent| parent != 0) {
-            let _ = TARGET_TGIDS.remove(&tgid);
-        }
-    }
-    if let Some(targets) = TARGET_SLOTS.get_ptr_mut(0) {
-        let targets = unsafe { &mut *targets };
-        let slot = slot_of_pid(targets, tgid);
-        if slot != NO_SLOT {
-            targets.mms[slot] = 0;
-        }
-    }
-    0
-}
-
-/// Adds the exiting thread's life since the trace started (or since it was created, if later).
-#[inline(always)]
-fn add_lifetime(task: *const u8, cfg: &Config) {
-    let start_field = task.wrapping_add(cfg.task_start_time_offset as usize) as *const u64;
-    let Ok(started) = (unsafe { bpf_probe_read_kernel(start_field) }) else {
-        return;
-    };
-    let trace_start = TRACE_START.get(0).copied().unwrap_or(0);
-    let now = unsafe { bpf_ktime_get_ns() };
-    add_to(
-        &THREAD_EXITS,
-        EXITED_LIFETIME_NS,
-        now.saturating_sub(started.max(trace_start)),
-    );
-    add_to(&THREAD_EXITS, EXITED_THREADS, 1);
-}
-
-/// With `-- CMD`, a new process forked by a target is a target too, from its first lock (its
-/// mm, a copy of the parent's, and after an exec the new one, registers like any target's).
-/// Threads (same tgid) are already covered.
-#[btf_tracepoint(function = "sched_process_fork")]
-pub fn sched_process_fork(ctx: BtfTracePointContext) -> i32 {
-    let cfg = config();
-    if cfg.inherit == 0 {
-        return 0;
-    }
-    let parent = (bpf_get_current_pid_tgid() >> 32) as u32;
-    if !is_listed_target(parent) {
-        return 0;
-    }
-    let child: u64 = ctx.arg(1);
-    let field = |offset: u32| -> u32 {
-        let at = (child + offset as u64) as *const i32;
-        unsafe { bpf_probe_read_kernel(at) }.unwrap_or(0) as u32
-    };
-    let (pid, tgid) = (field(cfg.task_pid_offset), field(cfg.task_tgid_offset));
-    if pid != 0 && pid == tgid && TARGET_TGIDS.insert(&tgid, &parent, 0).is_err() {
-        count(Counter::TargetMapFull);
-    }
-    0
-}
-
-/// An exec renames its process, after the first locks of the new mm have registered it (and
-/// named it) under the name it had before: the parent's, for a child just spawned, whose
-/// exec may take long enough (a binary read from a slow disk) for user space to read that
-/// name in /proc too. The new name is recorded here, so that a process is reported under the
-/// program it ran. A process not named yet (BPF_EXIST) is named at its next lock.
-#[btf_tracepoint(function = "sched_process_exec")]
-pub fn sched_process_exec(_ctx: BtfTracePointContext) -> i32 {
-    const BPF_EXIST: u64 = 2;
-    let cfg = config();
-    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    let traced = if cfg.system_wide != 0 {
-        tgid != cfg.tracer_tgid
-    } else {
-        is_listed_target(tgid) || unsafe { LOCKER_COMMS.get(&tgid) }.is_some()
-    };
-    if !traced {
-        return 0;
-    }
-    if let Ok(comm) = bpf_get_current_comm() {
-        let _ = LOCKER_COMMS.insert(&tgid, &comm, BPF_EXIST);
-        let _ = EXEC_COMMS.insert(&tgid, &comm, 0);
-    }
-    0
-}
-
-/// True when the exiting task was its process's last live thread (do_exit decrements
-/// `signal->live` before this tracepoint).
-#[inline(always)]
-fn process_is_gone(task: *const u8, cfg: &Config) -> bool {
-    let signal_field = task.wrapping_add(cfg.task_signal_offset as usize) as *const u64;
-    let Ok(signal) = (unsafe { bpf_probe_read_kernel(signal_field) }) else {
-        return false;
-    };
-    let live = (signal as *const u8).wrapping_add(cfg.signal_live_offset as usize) as *const i32;
-    unsafe { bpf_probe_read_kernel(live) }.is_ok_and(|n| n == 0)
 }
