@@ -597,3 +597,51 @@ fn init_logging(verbose: u8) {
         .parse_default_env()
         .try_init();
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::model::{build_report, report::tests::sample, Report};
+    use crate::present::{self, folded::Weight};
+
+    /// The outputs of one report as the golden files hold them: JSON, text, folded waits and
+    /// holds.
+    fn outputs(report: &Report) -> [(&'static str, String); 4] {
+        [
+            ("sample.json", present::json::render(report).unwrap()),
+            ("sample.txt", present::text::render(report, 10)),
+            (
+                "sample.wait.folded",
+                present::folded::render(report, Weight::Wait),
+            ),
+            (
+                "sample.hold.folded",
+                present::folded::render(report, Weight::Hold),
+            ),
+        ]
+    }
+
+    /// The report the trace ends with, from one harvest: its JSON, text and folded outputs as
+    /// the golden files in tracer/tests/golden/ hold them (`MMAPSEM_BLESS=1` rewrites them,
+    /// for a change that means to alter the outputs).
+    #[test]
+    fn the_final_report_of_a_recorded_harvest_matches_the_golden_files() {
+        let (harvest, symbols, meta) = sample();
+        let report = build_report(&harvest, &symbols, &meta);
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
+        let bless = std::env::var_os("MMAPSEM_BLESS").is_some();
+        for (name, text) in outputs(&report) {
+            let path = dir.join(name);
+            if bless {
+                std::fs::write(&path, &text).unwrap();
+                continue;
+            }
+            let golden = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            assert!(
+                text == golden,
+                "{name} differs from {}:\n{text}",
+                path.display()
+            );
+        }
+    }
+}
