@@ -6,12 +6,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
 
-use crate::collect::{Flow, Sink, Snapshot, Want, Watch, Windows};
-use crate::model::Harvest;
+use crate::collect::{Ask, Flow, Shown, Sink, Want};
+use crate::model::LiveSnapshot;
 use crate::present;
 
 pub struct IntervalPrinter {
-    windows: Windows,
     every: Duration,
     /// When the next report is due (set at the first tick).
     next: Option<Instant>,
@@ -22,15 +21,8 @@ pub struct IntervalPrinter {
 }
 
 impl IntervalPrinter {
-    pub fn new(
-        windows: Windows,
-        every: Duration,
-        per_interval: bool,
-        per_thread: bool,
-        top: usize,
-    ) -> Self {
+    pub fn new(every: Duration, per_interval: bool, per_thread: bool, top: usize) -> Self {
         Self {
-            windows,
             every,
             next: None,
             per_interval,
@@ -40,19 +32,7 @@ impl IntervalPrinter {
         }
     }
 
-    /// Prints the last, partial interval at `last` (so that nothing traced goes unreported;
-    /// none after a failed print) and hands the windows back, with the print's outcome beside
-    /// them: a failed print must not lose what the windows symbolized.
-    pub fn finish(mut self, last: Option<Result<Harvest>>, watch: &Watch) -> (Windows, Result<()>) {
-        let printed = match last {
-            Some(harvest) => harvest.and_then(|harvest| self.print(harvest, watch)),
-            None => Ok(()),
-        };
-        (self.windows, printed)
-    }
-
-    fn print(&mut self, harvest: Harvest, watch: &Watch) -> Result<()> {
-        let snapshot = self.windows.advance(harvest, watch, self.per_thread);
+    fn print(&mut self, snapshot: &LiveSnapshot) -> Result<()> {
         let report = if self.per_interval {
             &snapshot.interval
         } else {
@@ -86,12 +66,26 @@ impl Sink for IntervalPrinter {
             return Want::Nothing;
         }
         self.next = Some(next + self.every);
-        Want::Snapshot
+        Want::Snapshot(self.ask())
     }
 
-    fn show(&mut self, snapshot: Snapshot<'_>) -> Result<Flow> {
-        self.print(snapshot.harvest, snapshot.watch)?;
+    fn show(&mut self, shown: Shown) -> Result<Flow> {
+        self.print(&shown.live)?;
         Ok(Flow::Continue)
+    }
+
+    /// The last, partial interval, so that nothing traced goes unreported.
+    fn at_end(&self) -> Option<Ask> {
+        Some(self.ask())
+    }
+}
+
+impl IntervalPrinter {
+    fn ask(&self) -> Ask {
+        Ask {
+            per_thread: self.per_thread,
+            ..Ask::default()
+        }
     }
 }
 
@@ -119,21 +113,19 @@ fn local_timestamp() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::collect::Targets;
-
     #[test]
     fn reports_are_due_every_interval_by_the_loops_clock() {
-        let windows = Windows::new(&Targets::Pids(vec![1]), "target", 0);
-        let mut printer = IntervalPrinter::new(windows, Duration::from_secs(2), false, false, 5);
+        let mut printer = IntervalPrinter::new(Duration::from_secs(2), false, false, 5);
+        let snapshot = Want::Snapshot(Ask::default());
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
         assert_eq!(printer.poll(at(0)), Want::Nothing);
         assert_eq!(printer.poll(at(1_999)), Want::Nothing);
         // A tick late by half a second takes the report, without shifting the next one.
-        assert_eq!(printer.poll(at(2_500)), Want::Snapshot);
+        assert_eq!(printer.poll(at(2_500)), snapshot);
         assert_eq!(printer.poll(at(2_600)), Want::Nothing);
         assert_eq!(printer.poll(at(3_999)), Want::Nothing);
-        assert_eq!(printer.poll(at(4_000)), Want::Snapshot);
+        assert_eq!(printer.poll(at(4_000)), snapshot);
     }
 
     #[test]

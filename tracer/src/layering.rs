@@ -254,6 +254,42 @@ const LAYERS: [&[&str]; 8] = [
     &["", "run"],
 ];
 
+/// What the views (live view, interval printer, daemon, exports) must not name: the loop's
+/// state and the kernel side. They are shown pure data (`collect::Shown`, a `Report`).
+const BEYOND_THE_VIEWS: [&str; 6] = ["Watch", "Windows", "Session", "Forget", "Source", "Probes"];
+
+/// The names of `BEYOND_THE_VIEWS` that the view modules' non-test code names.
+fn views_reaching_back() -> Vec<String> {
+    let known = modules(TRACER);
+    let views = ["exports", "intervals", "live", "serve"];
+    let mut found = Vec::new();
+    for (module, file) in &known {
+        if !views.iter().any(|v| within(module, v)) {
+            continue;
+        }
+        let source = std::fs::read_to_string(file).unwrap();
+        let mut paths = Paths::default();
+        paths.visit_file(&syn::parse_file(&source).unwrap());
+        for path in &paths.0 {
+            if path
+                .last()
+                .is_some_and(|n| BEYOND_THE_VIEWS.contains(&n.as_str()))
+            {
+                found.push(format!("{module} names {}", path.join("::")));
+            }
+        }
+    }
+    found.sort();
+    found.dedup();
+    found
+}
+
+#[test]
+fn no_view_names_the_loops_state_or_the_kernel_side() {
+    let found = views_reaching_back();
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
 /// The eBPF crate's tiers, lowest first (docs/ARCHITECTURE.md): leaves (maps, registers, the
 /// target filter, a hit decoded, where operations are recorded, their causes), the middle that
 /// several programs share, then the program files, one per attachment family, which import no

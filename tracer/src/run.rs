@@ -1,24 +1,18 @@
 //! One trace from start to report: checks, load, show it while it runs (live view, interval
 //! reports, or nothing), then harvest and write the report and exports, whatever ended it.
 
-use std::collections::HashMap;
 use std::io::IsTerminal as _;
-use std::time::Instant;
 
 use anyhow::{Context as _, Result};
 
 use crate::cli::{Cli, SelfCostArg, UserStackArg, View};
-use crate::collect::{
-    snapshot_of, watch_until_done, NoSink, Source as _, Stops, Targets, Watch, Windows,
-};
+use crate::collect::{FinalTrace, NoSink, Session, SessionSettings, Sink, Stops, Targets};
 use crate::exports::{Outputs, TimelineData};
 use crate::intervals::IntervalPrinter;
 use crate::launch::{Identity, Launched};
 use crate::live;
-use crate::model::unwound::CopyStats;
-use crate::model::{build_report, delta, timeline, Harvest, TraceMeta};
+use crate::model::timeline;
 use crate::probes::{ProbeSettings, Probes, SelfCostMode, StackCopySettings};
-use crate::symbolize::StackSymbolizer;
 use crate::system::{
     btf::KernelOffsets,
     priority,
@@ -26,7 +20,6 @@ use crate::system::{
     procfs,
     tracefs::{Tracefs, MMAP_LOCK_ACQUIRED, MMAP_LOCK_RELEASED, MMAP_LOCK_START},
 };
-use tracer_common::Counter;
 
 /// Whether the live view can run here: it draws on stdout and reads its keys from stdin, or
 /// from /dev/tty when stdin is not a terminal (as crossterm does). A serial console or a
@@ -90,71 +83,54 @@ pub fn run(cli: Cli) -> Result<i32> {
     }
     announce(&view, &targets, &comm, endpoint.as_ref());
 
-    let windows = Windows::new(&targets, &comm, cli.stack_threshold());
-    let mut watch_with = |sink: &mut dyn crate::collect::Sink, probes: &mut Probes| {
-        runtime.block_on(watch_until_done(
-            &targets,
-            fault_baseline,
-            cli.duration,
-            probes,
-            sink,
-            &mut stops,
-        ))
+    let mut session = Session::new(SessionSettings {
+        targets: targets.clone(),
+        comm,
+        stack_threshold_ns: cli.stack_threshold(),
+        fault_baseline,
+        collected_per_thread: settings.per_thread,
+        report_per_thread: cli.per_thread,
+        forget_the_gone: matches!(view, View::Serve),
+    });
+    let mut trace_with = |sink: &mut dyn Sink, probes: &mut Probes| {
+        runtime.block_on(session.run(cli.duration, probes, sink, &mut stops))
     };
-    let (watch, failure, symbolizer) = match view {
-        View::Final => {
-            let (watch, failure) = watch_with(&mut NoSink, &mut probes);
-            (watch, failure, StackSymbolizer::new())
-        }
+    let ending = match view {
+        View::Final => trace_with(&mut NoSink, &mut probes),
         View::Intervals { interval } => {
-            let mut printer =
-                IntervalPrinter::new(windows, interval, cli.reset, cli.per_thread, cli.top);
-            let (watch, failure) = watch_with(&mut printer, &mut probes);
-            // After a failed print (stdout closed), no last interval.
-            let last = failure.is_none().then(|| snapshot_of(&probes, &watch));
-            let (windows, last) = printer.finish(last, &watch);
-            (watch, failure.or(last.err()), windows.into_symbolizer())
+            let mut printer = IntervalPrinter::new(interval, cli.reset, cli.per_thread, cli.top);
+            trace_with(&mut printer, &mut probes)
         }
         View::Live { interval } => {
-            let mut view = live::LiveView::start(windows, interval, cli.per_thread)?;
-            let (watch, failure) = watch_with(&mut view, &mut probes);
+            let mut view = live::LiveView::start(interval, cli.per_thread)?;
+            let ending = trace_with(&mut view, &mut probes);
             // The terminal is restored before anything else is printed, even on an error.
-            let windows = view.finish();
+            view.finish();
             print_command_output(launched.as_ref());
-            (watch, failure, windows.into_symbolizer())
+            ending
         }
         View::Serve => {
             let endpoint = endpoint.context("serve without an endpoint")?;
             let serve = cli.serve().context("serve without its arguments")?;
-            let mut server = crate::serve::Server::new(endpoint, windows, serve);
-            let (watch, failure) = watch_with(&mut server, &mut probes);
-            (watch, failure, server.into_symbolizer())
+            let mut server = crate::serve::Server::new(endpoint, serve);
+            trace_with(&mut server, &mut probes)
         }
     };
-    let ended_by = watch.ended_by;
-    let ended_by_signal = signal_named(ended_by);
+    let ended_by_signal = signal_named(ending.by);
     exit_on_second_signal(runtime, stops, ended_by_signal.is_some());
-    if watch.exited {
+    if ending.exited {
         eprintln!("mmapsem-trace: target exited; the report covers the trace until then");
     }
-    let finished = finish(
-        &cli,
-        Collected {
-            targets: &targets,
-            outputs: &outputs,
-            probes,
-            watch,
-            symbolizer,
-            per_thread: settings.per_thread,
-            comm,
-            origin_ns,
-        },
-    );
+    let finished = session
+        .finish(&mut probes)
+        .and_then(|trace| write_outputs(&cli, &outputs, trace, origin_ns));
+    // Detaches the programs.
+    drop(probes);
     let status = match launched {
         None => 0,
-        Some(launched) => wait_for_command(launched, ended_by)?,
+        Some(launched) => wait_for_command(launched, ending.by)?,
     };
-    match failure {
+    match ending.failure {
         Some(err) => {
             Err(err
                 .context("the trace ended early, its outputs written with what it had collected"))
@@ -410,114 +386,23 @@ fn stack_copies(cli: &Cli, offsets: &KernelOffsets) -> Option<StackCopySettings>
     })
 }
 
-fn log_copy_use(stats: &CopyStats, unwound_events: u64) {
-    if stats.copies > 0 {
-        log::info!(
-            "user stacks: {} copies ({} made late, inside the critical section), {} events \
-             unwound, {} events whose copy was gone",
-            stats.copies,
-            stats.late_copies,
-            unwound_events,
-            stats.events_without_copy
-        );
-    }
-}
-
-/// What a trace has when it ends, for `finish`.
-struct Collected<'a> {
-    targets: &'a Targets,
-    outputs: &'a Outputs,
-    probes: Probes,
-    watch: Watch,
-    /// With what the views already symbolized.
-    symbolizer: StackSymbolizer,
-    /// Whether the programs kept the targets' threads apart (the live view, copied stacks).
-    per_thread: bool,
-    comm: String,
-    /// CLOCK_MONOTONIC at the trace's start, the timeline's zero.
-    origin_ns: u64,
-}
-
-/// Harvests, symbolizes (reusing what the views already symbolized) and writes every output.
-fn finish(cli: &Cli, collected: Collected) -> Result<()> {
-    let Collected {
-        targets,
-        outputs,
-        mut probes,
-        mut watch,
-        mut symbolizer,
-        per_thread: collected_per_thread,
-        comm,
-        origin_ns,
-    } = collected;
-    let phase = Instant::now();
-    // Disarmed first, so that no copy arrives after the last drain.
-    probes.set_armed(false)?;
-    watch.count_threads(&probes);
-    // A launched command that exited is still a zombie here, its counts whole.
-    watch.sample_faults(probes.follows_forks());
-    let records = probes.drain_user_stacks();
-    watch.unwind(records, |id| probes.stack(id));
-    log_copy_use(&watch.pending_copies.stats, watch.unwound.events());
-    let walks = watch.walk_stats();
-    if walks.walks > 0 {
-        log::info!(
-            "user stack walks: {}, {} needed stack past the copied window (--user-stack-bytes), \
-             {} cut short otherwise (a frame without unwind info, or too deep)",
-            walks.walks,
-            walks.past_window,
-            walks.cut_otherwise
-        );
-    }
-    log::info!("{}", watch.memory_line());
-    let mut harvest = probes.harvest()?;
-    watch.complete(&mut harvest);
-    log::info!(
-        "harvested {} entries, {} timeline events in {:?}",
-        harvest.entries.len(),
-        harvest.timeline.len(),
-        phase.elapsed()
-    );
-    if collected_per_thread && !cli.per_thread {
-        harvest = Harvest {
-            timeline: std::mem::take(&mut harvest.timeline),
-            ..delta::without_threads(&harvest)
-        };
-    }
-    let phase = Instant::now();
-    // Catch the libraries loaded since the last look (system-wide, processes are read once
-    // when first seen), and the looks still under way.
-    refresh_stack_owners(&harvest, &mut watch);
-    symbolizer.forget_unresolved();
-    symbolizer.add(&harvest, &watch.mappings);
-    let symbols = symbolizer.into_symbols();
-    log::info!(
-        "symbolized {} stacks in {:?}",
-        symbols.len(),
-        phase.elapsed()
-    );
-    let process_names = names_now(&harvest, &watch, targets, &comm);
-    let mut processes: HashMap<u32, String> = harvest.locker_comms.clone();
-    processes.extend(process_names.clone());
-    let timeline_data = TimelineData {
-        slices: timeline::slices(&harvest.timeline, &symbols, origin_ns),
+/// Writes the report and every export of the trace that ended.
+fn write_outputs(cli: &Cli, outputs: &Outputs, trace: FinalTrace, origin_ns: u64) -> Result<()> {
+    let FinalTrace {
+        report,
+        symbols,
+        timeline,
         processes,
-        threads: watch.thread_names.clone(),
+        threads,
+        timeline_dropped,
+    } = trace;
+    let timeline_data = TimelineData {
+        slices: timeline::slices(&timeline, &symbols, origin_ns),
+        processes,
+        threads,
         threshold_ns: cli.threshold,
-        dropped: harvest
-            .counters
-            .iter()
-            .find(|(c, _)| *c == Counter::TimelineDropped)
-            .map_or(0, |(_, n)| *n),
+        dropped: timeline_dropped,
     };
-    let meta = TraceMeta {
-        process_names,
-        // Every thread that ran during the trace: a tree of short-lived processes is rarely
-        // alive at one of the looks.
-        threads: watch.max_threads.max(watch.threads_seen),
-        ..watch.trace_meta(targets, &comm, cli.stack_threshold())
-    };
-    let report = build_report(&harvest, &symbols, &meta);
     if cfg!(debug_assertions) {
         // Debug builds (the integration tests' binaries) say when a figure is impossible.
         for broken in crate::model::invariants::check(&report) {
@@ -536,56 +421,6 @@ fn finish(cli: &Cli, collected: Collected) -> Result<()> {
 /// What the report calls the target of a system-wide trace.
 const SYSTEM_WIDE_COMM: &str = "all processes";
 
-/// Every process the harvest names (mm owners and outside lockers), named as /proc says now,
-/// else as it said when first seen; the given targets fall back to the name they had at the
-/// start. Processes missing here are named by the kernel's record in the model.
-fn names_now(
-    harvest: &Harvest,
-    watch: &Watch,
-    targets: &Targets,
-    comm: &str,
-) -> HashMap<u32, String> {
-    let mut names = HashMap::new();
-    let pids = harvest
-        .entries
-        .iter()
-        .flat_map(|e| [e.key.pid, e.key.locker_pid])
-        .chain(targets.listed().iter().copied())
-        .filter(|&pid| pid != 0);
-    for pid in pids {
-        if names.contains_key(&pid) {
-            continue;
-        }
-        // Alive: as /proc says now. Gone: as the kernel last recorded it (a child of a traced
-        // command renamed by its exec after the tracer first saw it), else as first seen.
-        let known = procfs::comm(pid)
-            .or_else(|| harvest.locker_comms.get(&pid).cloned())
-            .or_else(|| watch.process_names.get(&pid).cloned());
-        if let Some(name) = known {
-            names.insert(pid, name);
-        }
-    }
-    for &pid in targets.listed() {
-        names.entry(pid).or_insert_with(|| comm.to_string());
-    }
-    names
-}
-
-/// Re-reads the mappings of every process whose user stacks the harvest holds (those that
-/// exited keep the mappings seen while they ran).
-fn refresh_stack_owners(harvest: &Harvest, watch: &mut Watch) {
-    let owners: std::collections::HashSet<u32> = harvest
-        .stack_refs()
-        .into_iter()
-        .filter_map(|r| match r {
-            crate::model::StackRef::User { pid, .. } => Some(pid),
-            crate::model::StackRef::Kernel(_) => None,
-        })
-        .collect();
-    let owners: Vec<u32> = owners.into_iter().collect();
-    watch.refresh_mappings(&owners);
-}
-
 fn init_logging(verbose: u8) {
     let level = match verbose {
         0 => log::LevelFilter::Warn,
@@ -600,7 +435,8 @@ fn init_logging(verbose: u8) {
 
 #[cfg(test)]
 mod tests {
-    use crate::model::{build_report, report::tests::sample, Report};
+    use crate::collect::{report_between, Mark};
+    use crate::model::{report::tests::sample, Report};
     use crate::present::{self, folded::Weight};
 
     /// The outputs of one report as the golden files hold them: JSON, text, folded waits and
@@ -620,13 +456,20 @@ mod tests {
         ]
     }
 
-    /// The report the trace ends with, from one harvest: its JSON, text and folded outputs as
-    /// the golden files in tracer/tests/golden/ hold them (`MMAPSEM_BLESS=1` rewrites them,
-    /// for a change that means to alter the outputs).
+    /// The report the trace ends with, from one harvest, through the function that builds
+    /// every report (the final one is the window from the start to the last read): its JSON,
+    /// text and folded outputs as the golden files in tracer/tests/golden/ hold them, written
+    /// before the session took over the final report (`MMAPSEM_BLESS=1` rewrites them, for a
+    /// change that means to alter the outputs).
     #[test]
     fn the_final_report_of_a_recorded_harvest_matches_the_golden_files() {
         let (harvest, symbols, meta) = sample();
-        let report = build_report(&harvest, &symbols, &meta);
+        let last = Mark {
+            harvest,
+            thread_time_ns: meta.thread_time_ns,
+            elapsed: std::time::Duration::from_nanos(meta.duration_ns),
+        };
+        let report = report_between(&last, &Mark::default(), &symbols, &meta, true);
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
         let bless = std::env::var_os("MMAPSEM_BLESS").is_some();
         for (name, text) in outputs(&report) {

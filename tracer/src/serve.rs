@@ -1,12 +1,12 @@
 //! `mmapsem-trace serve`: a continuous trace shown over HTTP instead of on a terminal.
 //!
-//! The endpoint's threads only parse requests and wait; the collect loop answers them (it owns
-//! the probes): every FOLD_EVERY, and at each request, it snapshots the maps and folds what
-//! the window added into the series (`model::series`), so that counters keep growing whatever
-//! became of the processes behind them. A profile request remembers where the trace stood
-//! and is answered once its seconds have passed, with a report of just that window.
+//! The endpoint's threads only parse requests and wait; the collect loop answers them through
+//! this sink: every FOLD_EVERY, and at each request, it asks for a snapshot and folds the
+//! interval's report into the series (`model::series`), so that counters keep growing whatever
+//! became of the processes behind them. A profile request opens a window of the session and is
+//! answered once its seconds have passed, with the report the window closes with. The session
+//! lets go of the processes and threads that are gone (`SessionSettings::forget_the_gone`).
 
-use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
@@ -15,16 +15,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Result};
 use tokio::sync::Notify;
-use tracer_common::StateKey;
 
 use crate::cli::ServeArgs;
-use crate::collect::{Flow, Forget, Mark, Sink, Snapshot, Want, Watch, Windows};
-use crate::model::retention::GoneTwice;
+use crate::collect::{Flow, Shown, Sink, Want, WindowId};
 use crate::model::series::{Series, SeriesSettings};
-use crate::model::{Harvest, Report};
+use crate::model::{LiveSnapshot, Report};
 use crate::present::openmetrics::{self, Exposition};
-use crate::symbolize::StackSymbolizer;
-use crate::system::procfs;
 
 /// How often the maps are folded into the series between scrapes, so that each fold stays
 /// small and the series stay current for whoever scrapes next.
@@ -199,11 +195,7 @@ fn respond(request: tiny_http::Request, reply: Reply) {
 
 /// A profile request waiting for its seconds to pass.
 struct PendingProfile {
-    from: Mark,
-    /// What processes forgotten while the window was open did: their entries left the
-    /// snapshots, not the window (a daemon forgets gone processes every fold, 10 s, and a
-    /// profile of 30 s lost every process that ended in it).
-    forgotten: Harvest,
+    window: WindowId,
     due: Instant,
     reply: Sender<Reply>,
 }
@@ -211,7 +203,6 @@ struct PendingProfile {
 /// The collect loop's side: folds windows into series and answers the endpoint.
 pub struct Server {
     endpoint: Endpoint,
-    windows: Windows,
     settings: SeriesSettings,
     series: Series,
     /// The trace since its start at the last fold: totals, losses, self-cost.
@@ -219,19 +210,16 @@ pub struct Server {
     /// When the next fold is due (set at the first tick).
     next_fold: Option<Instant>,
     profiles: Vec<PendingProfile>,
-    /// Processes with entries that were gone when the last fold ended.
-    gone_processes: GoneTwice<u32>,
-    /// Threads with a lock state that were gone when the last fold ended.
-    gone_threads: GoneTwice<u32>,
+    /// Profiles whose windows the next snapshot closes.
+    closing: Vec<PendingProfile>,
     /// Requests taken in by the last poll, answered once the snapshot they need is folded.
     asked: Vec<Request>,
 }
 
 impl Server {
-    pub fn new(endpoint: Endpoint, windows: Windows, args: &ServeArgs) -> Self {
+    pub fn new(endpoint: Endpoint, args: &ServeArgs) -> Self {
         Self {
             endpoint,
-            windows,
             settings: SeriesSettings {
                 label_pid: args.label_pid,
                 max_series: args.max_series as usize,
@@ -241,95 +229,15 @@ impl Server {
             since_start: None,
             next_fold: None,
             profiles: Vec::new(),
-            gone_processes: GoneTwice::default(),
-            gone_threads: GoneTwice::default(),
+            closing: Vec::new(),
             asked: Vec::new(),
         }
     }
 
-    pub fn into_symbolizer(self) -> StackSymbolizer {
-        self.windows.into_symbolizer()
-    }
-
-    fn fold(&mut self, harvest: Harvest, at: Instant, watch: &mut Watch, kernel: &dyn Forget) {
-        let windows = self.windows.advance(harvest, watch, false);
-        self.series.fold(&windows.interval, &self.settings);
-        self.since_start = Some(windows.cumulative);
+    fn fold(&mut self, live: LiveSnapshot, at: Instant) {
+        self.series.fold(&live.interval, &self.settings);
+        self.since_start = Some(live.cumulative);
         self.next_fold = Some(at + FOLD_EVERY);
-        self.forget_gone(kernel, watch);
-        self.forget_gone_threads(kernel);
-    }
-
-    /// Once folded, the entries of processes that are gone only take room: they leave the
-    /// kernel maps, the windows and the names, so that a daemon's memory follows the
-    /// processes alive, not all those it ever saw. A failure only costs room: logged.
-    ///
-    /// Only processes already gone at the previous fold are forgotten: the snapshot just
-    /// folded was read after their end, so it holds all they did (one that ended while it was
-    /// read could still have had operations after it).
-    fn forget_gone(&mut self, kernel: &dyn Forget, watch: &mut Watch) {
-        // A pid alive again in between was reused: the new process's entries stay.
-        let gone: HashSet<u32> = self
-            .gone_processes
-            .look(self.windows.processes_seen(), procfs::process_has_ended)
-            .into_iter()
-            .collect();
-        if gone.is_empty() {
-            return;
-        }
-        for &pid in &gone {
-            self.gone_processes.let_go(pid);
-        }
-        match kernel.forget_processes(&gone) {
-            Ok(deleted) => log::debug!(
-                "forgot {} processes that are gone: {deleted} kernel entries",
-                gone.len()
-            ),
-            Err(err) => log::warn!("forgetting processes that are gone: {err:#}"),
-        }
-        let forgotten = self.windows.forget_processes(&gone);
-        for profile in &mut self.profiles {
-            profile.forgotten.add_processes(&forgotten);
-        }
-        watch.forget_names(&gone);
-    }
-
-    /// The lock states of threads gone since the last fold, unless they still hold an
-    /// aggregation left pending (an exec leaves one on the old mm).
-    fn forget_gone_threads(&mut self, kernel: &dyn Forget) {
-        let states = match kernel.thread_states() {
-            Ok(states) => states,
-            Err(err) => {
-                log::warn!("reading the threads' lock states: {err:#}");
-                return;
-            }
-        };
-        // A thread id alive again in between was reused: the new thread's state stays.
-        let gone_twice: HashSet<u32> = self
-            .gone_threads
-            .look(states.iter().map(|(key, _)| key.tid), |tid| {
-                !procfs::is_alive(tid)
-            })
-            .into_iter()
-            .collect();
-        let keys: Vec<StateKey> = states
-            .into_iter()
-            .filter(|(key, pending)| !pending && gone_twice.contains(&key.tid))
-            .map(|(key, _)| key)
-            .collect();
-        if keys.is_empty() {
-            return;
-        }
-        for key in &keys {
-            self.gone_threads.let_go(key.tid);
-        }
-        match kernel.forget_threads(&keys) {
-            Ok(deleted) => log::debug!(
-                "forgot {} threads that are gone: {deleted} kernel entries",
-                keys.len()
-            ),
-            Err(err) => log::warn!("forgetting threads that are gone: {err:#}"),
-        }
     }
 
     fn metrics(&self, format: Exposition) -> Reply {
@@ -344,11 +252,8 @@ impl Server {
         }
     }
 
-    /// The window of a profile, narrowed to `--comm` like the series.
-    fn profile(&self, profile: &PendingProfile, watch: &Watch) -> Reply {
-        let mut report = self
-            .windows
-            .report_since_adding(&profile.from, &profile.forgotten, watch);
+    /// A profile's window, narrowed to `--comm` like the series.
+    fn profile(&self, mut report: Report) -> Reply {
         if !self.settings.comms.is_empty() {
             report.entries.retain(|e| {
                 e.comm
@@ -365,52 +270,79 @@ impl Server {
             Err(err) => Reply::text(500, format!("{err:#}\n")),
         }
     }
+
+    /// Answers the requests the last poll took in: metrics now, profiles once their window
+    /// (opened by this snapshot, `opened` in the order asked) closes.
+    fn answer_asked(&mut self, at: Instant, opened: Vec<WindowId>) {
+        let mut opened = opened.into_iter();
+        for request in std::mem::take(&mut self.asked) {
+            let reply = match request.ask {
+                Ask::Metrics(format) => self.metrics(format),
+                Ask::Profile { seconds } => match opened.next() {
+                    Some(window) => {
+                        self.profiles.push(PendingProfile {
+                            window,
+                            due: at + Duration::from_secs(seconds),
+                            reply: request.reply,
+                        });
+                        continue;
+                    }
+                    None => Reply::text(500, "no window was opened for the profile\n"),
+                },
+            };
+            // The asker may have given up waiting.
+            let _ = request.reply.send(reply);
+        }
+    }
+
+    /// Sends each closing profile the report of its window.
+    fn answer_closed(&mut self, mut closed: Vec<(WindowId, Report)>) {
+        for profile in std::mem::take(&mut self.closing) {
+            let reply = match closed.iter().position(|(id, _)| *id == profile.window) {
+                Some(at) => self.profile(closed.swap_remove(at).1),
+                None => Reply::text(500, "the profile's window was lost\n"),
+            };
+            let _ = profile.reply.send(reply);
+        }
+    }
 }
 
 impl Sink for Server {
     /// A fold is due every FOLD_EVERY, and whenever a request or a profile's end needs one.
     fn poll(&mut self, now: Instant) -> Want {
         self.asked.extend(self.endpoint.requests.try_iter());
-        let profiles_due = self.profiles.iter().any(|p| p.due <= now);
-        let fold_due = *self.next_fold.get_or_insert(now + FOLD_EVERY);
-        if !self.asked.is_empty() || profiles_due || now >= fold_due {
-            Want::Snapshot
-        } else {
-            Want::Nothing
-        }
-    }
-
-    fn show(&mut self, snapshot: Snapshot<'_>) -> Result<Flow> {
-        let Snapshot {
-            harvest,
-            at: now,
-            watch,
-            kernel,
-        } = snapshot;
-        self.fold(harvest, now, watch, kernel);
-        for request in std::mem::take(&mut self.asked) {
-            let reply = match request.ask {
-                Ask::Metrics(format) => self.metrics(format),
-                Ask::Profile { seconds } => {
-                    self.profiles.push(PendingProfile {
-                        from: self.windows.last_mark(),
-                        forgotten: Harvest::default(),
-                        due: now + Duration::from_secs(seconds),
-                        reply: request.reply,
-                    });
-                    continue;
-                }
-            };
-            // The asker may have given up waiting.
-            let _ = request.reply.send(reply);
-        }
         let (due, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.profiles)
             .into_iter()
             .partition(|p| p.due <= now);
         self.profiles = waiting;
-        for profile in due {
-            let _ = profile.reply.send(self.profile(&profile, watch));
+        self.closing.extend(due);
+        let fold_due = *self.next_fold.get_or_insert(now + FOLD_EVERY);
+        if self.asked.is_empty() && self.closing.is_empty() && now < fold_due {
+            return Want::Nothing;
         }
+        let open = self
+            .asked
+            .iter()
+            .filter(|r| matches!(r.ask, Ask::Profile { .. }))
+            .count();
+        Want::Snapshot(crate::collect::Ask {
+            per_thread: false,
+            reset: false,
+            open,
+            close: self.closing.iter().map(|p| p.window).collect(),
+        })
+    }
+
+    fn show(&mut self, shown: Shown) -> Result<Flow> {
+        let Shown {
+            at,
+            live,
+            opened,
+            closed,
+        } = shown;
+        self.fold(live, at);
+        self.answer_asked(at, opened);
+        self.answer_closed(closed);
         Ok(Flow::Continue)
     }
 

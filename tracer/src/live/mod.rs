@@ -23,7 +23,7 @@ use ratatui::{
 };
 use tokio::sync::Notify;
 
-use crate::collect::{Flow, Sink, Snapshot, Want, Windows};
+use crate::collect::{Ask, Flow, Shown, Sink, Want};
 use crate::model::LiveSnapshot;
 use state::{Command, ViewState};
 
@@ -38,7 +38,6 @@ pub enum Input {
 
 /// The live view seen from the collect loop.
 pub struct LiveView {
-    windows: Windows,
     every: Duration,
     /// When the next snapshot is due (set at the first tick).
     next: Option<Instant>,
@@ -56,7 +55,7 @@ pub struct LiveView {
 impl LiveView {
     /// Takes over the terminal (raw mode, alternate screen, and a panic hook that gives it
     /// back) and starts the input and UI threads.
-    pub fn start(windows: Windows, every: Duration, per_thread: bool) -> Result<Self> {
+    pub fn start(every: Duration, per_thread: bool) -> Result<Self> {
         let mut terminal = ratatui::try_init().context(
             "starting the live view on this terminal (--no-live gives a report instead)",
         )?;
@@ -83,7 +82,6 @@ impl LiveView {
                 })?
         };
         Ok(Self {
-            windows,
             every,
             next: None,
             per_thread,
@@ -97,9 +95,8 @@ impl LiveView {
         })
     }
 
-    /// Leaves the view and gives the terminal back; returns the windows (and their symbols)
-    /// for the final report. Safe to call whatever ended the trace.
-    pub fn finish(mut self) -> Windows {
+    /// Leaves the view and gives the terminal back. Safe to call whatever ended the trace.
+    pub fn finish(mut self) {
         let _ = self.to_ui.send(Input::Finished);
         if let Some(ui) = self.ui.take() {
             match ui.join() {
@@ -113,7 +110,6 @@ impl LiveView {
             let _ = input.join();
         }
         ratatui::restore();
-        self.windows
     }
 
     fn ui_gone(&self) -> bool {
@@ -141,28 +137,26 @@ impl Sink for LiveView {
         // milliseconds makes every per-second rate and share in the header noise.
         let next = *self.next.get_or_insert(now + self.every);
         if self.reset_asked || now >= next {
-            Want::Snapshot
+            Want::Snapshot(Ask {
+                per_thread: self.per_thread,
+                reset: self.reset_asked,
+                ..Ask::default()
+            })
         } else {
             Want::Nothing
         }
     }
 
-    fn show(&mut self, snapshot: Snapshot<'_>) -> Result<Flow> {
-        let Snapshot {
-            harvest, at, watch, ..
-        } = snapshot;
+    fn show(&mut self, shown: Shown) -> Result<Flow> {
         if std::mem::take(&mut self.reset_asked) {
-            // Close the interval now so the window starts at this moment; the fresh window is
+            // The snapshot closed the interval and the window starts at it; the fresh window is
             // shown at the next tick, which comes at once.
-            self.windows.advance(harvest, watch, self.per_thread);
-            self.windows.reset();
-            self.next = Some(at);
+            self.next = Some(shown.at);
             self.wakeup.notify_one();
             return Ok(Flow::Continue);
         }
-        self.next = Some(at + self.every);
-        let snapshot = self.windows.advance(harvest, watch, self.per_thread);
-        let _ = self.to_ui.send(Input::Data(Box::new(snapshot)));
+        self.next = Some(shown.at + self.every);
+        let _ = self.to_ui.send(Input::Data(Box::new(shown.live)));
         Ok(Flow::Continue)
     }
 

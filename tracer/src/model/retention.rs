@@ -2,7 +2,8 @@
 //! it was gone at two looks in a row. The first look after the end can race with the last
 //! events (a snapshot read while the process was ending, a stack copy still in the ring); by
 //! the second, everything it did has been read. One rule, used for the mapping lists and
-//! unwinders (collect) and for the daemon's folded processes and threads (serve).
+//! unwinders (`collect::watch`) and for the processes and threads a daemon lets go of once it
+//! has shown them (`collect::session`).
 
 use std::collections::HashSet;
 use std::hash::Hash;

@@ -642,27 +642,6 @@ impl Probes {
             .values()
             .any(|&owner| owner == pid))
     }
-
-    /// Stops the programs and reads everything they collected.
-    pub fn harvest(mut self) -> Result<Harvest> {
-        self.set_armed(false)?;
-        let (events, dropped_here) = match self.timeline.take() {
-            Some(timeline) => timeline.finish(),
-            None => (Vec::new(), 0),
-        };
-        // Disarmed above, so the maps no longer move; dropping `self` afterwards detaches the
-        // programs.
-        let mut harvest = read_maps(&self, events)?;
-        fold_pending(&self.ebpf, self.agg_capacity, &mut harvest)?;
-        if let Some((_, n)) = harvest
-            .counters
-            .iter_mut()
-            .find(|(c, _)| *c == Counter::TimelineDropped)
-        {
-            *n += dropped_here;
-        }
-        Ok(harvest)
-    }
 }
 
 impl Forget for Probes {
@@ -800,6 +779,30 @@ impl Source for Probes {
     /// views). The timeline is left alone: it is drained by `drain_timeline` and `harvest`.
     fn snapshot(&self) -> Result<Harvest> {
         read_maps(self, Vec::new())
+    }
+
+    fn disarm(&mut self) -> Result<()> {
+        self.set_armed(false)
+    }
+
+    fn final_harvest(&mut self) -> Result<Harvest> {
+        self.set_armed(false)?;
+        let (events, dropped_here) = match self.timeline.take() {
+            Some(timeline) => timeline.finish(),
+            None => (Vec::new(), 0),
+        };
+        // Disarmed above, so the maps no longer move; dropping the probes afterwards detaches
+        // the programs.
+        let mut harvest = read_maps(self, events)?;
+        fold_pending(&self.ebpf, self.agg_capacity, &mut harvest)?;
+        if let Some((_, n)) = harvest
+            .counters
+            .iter_mut()
+            .find(|(c, _)| *c == Counter::TimelineDropped)
+        {
+            *n += dropped_here;
+        }
+        Ok(harvest)
     }
 }
 

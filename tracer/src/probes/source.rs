@@ -46,4 +46,9 @@ pub trait Source: Forget {
     fn stack(&self, id: i32) -> Option<Vec<u64>>;
     /// The cumulative maps, read while the programs keep running.
     fn snapshot(&self) -> Result<Harvest>;
+    /// Stops the programs recording (they stay attached until the source is dropped).
+    fn disarm(&mut self) -> Result<()>;
+    /// Everything the programs collected, read once they are disarmed: the maps, the
+    /// timeline's last events, and the aggregation left pending in the threads' states.
+    fn final_harvest(&mut self) -> Result<Harvest>;
 }
