@@ -3,7 +3,9 @@
 
 mod batch;
 mod blockers;
+mod closing;
 mod contention;
+mod errors;
 mod faults;
 pub mod floor;
 mod lean;
@@ -11,6 +13,8 @@ mod mmap_lock;
 #[cfg(test)]
 mod object_names;
 mod pending;
+mod readers;
+mod reading;
 mod sched;
 mod self_cost;
 pub mod source;
@@ -27,7 +31,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context as _, Result};
 use aya::{
     maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, StackTraceMap},
-    programs::{trace_point::TracePointLink, ProgramError, ProgramInfo, TracePoint},
+    programs::TracePoint,
     Ebpf, EbpfLoader, Pod,
 };
 use tracer_common::{
@@ -43,6 +47,13 @@ use crate::model::{holder_stack_owner, user_stack_owner, Features, Harvest, Stac
 use crate::system::{
     btf::KernelOffsets,
     tracefs::{Needed, Tracefs},
+};
+use closing::ClassicLinks;
+pub use errors::VERIFIER_BUDGET;
+use errors::{explain_permission, is_refused, load_failed, log_verified, perf_paranoia_hint};
+use readers::{
+    delete_from, delete_where, fold_pending, map, map_ref, read_array, read_comms, read_maps,
+    read_shared, read_shared_array, read_stacks, read_target_mms,
 };
 use source::{Forget, Source};
 
@@ -254,68 +265,6 @@ pub struct Probes {
     follows_forks: bool,
 }
 
-/// The classic tracepoints' links, held apart from their programs so that they are closed
-/// off the user's path. Closing one waits for the kernel's RCU grace periods
-/// (perf_trace_event_unreg -> tracepoint_synchronize_unregister, 20-100 ms, under a mutex all
-/// such closes share): the syscall and fault tracepoints' fourteen took 0.1-0.6 s, threads or
-/// not, and the kernel does them before the tracer's exit is reported to its parent. So a child
-/// process holds the links' last references: the tracer's own closes only drop a count, and
-/// the child lets them go once the tracer has exited (its end of a pipe sees EOF). The
-/// programs are disarmed before; the report is written meanwhile.
-#[derive(Default)]
-pub struct ClassicLinks(Vec<TracePointLink>);
-
-impl ClassicLinks {
-    fn close_after_exit(&mut self) {
-        let links = std::mem::take(&mut self.0);
-        if links.is_empty() {
-            return;
-        }
-        if let Err(err) = hold_in_child_until_exit() {
-            log::debug!("closing the tracepoint links before exiting: {err}");
-        }
-        drop(links);
-    }
-}
-
-/// Forks a child that keeps every file of the tracer open until the tracer has exited.
-fn hold_in_child_until_exit() -> std::io::Result<()> {
-    let mut ends = [0; 2];
-    // SAFETY: pipe2 writes two descriptors into `ends`.
-    if unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let [read_end, write_end] = ends;
-    // SAFETY: the child of this multi-threaded process calls only async-signal-safe functions
-    // (close, read, _exit) and touches no memory but a local byte.
-    match unsafe { libc::fork() } {
-        -1 => Err(std::io::Error::last_os_error()),
-        0 => unsafe {
-            // Not the terminal or the pipes of whoever waits for the tracer's output.
-            for fd in [write_end, 0, 1, 2] {
-                libc::close(fd);
-            }
-            let mut byte = 0u8;
-            while libc::read(read_end, (&mut byte as *mut u8).cast(), 1) < 0
-                && *libc::__errno_location() == libc::EINTR
-            {}
-            libc::_exit(0)
-        },
-        _ => {
-            // The write end stays open until the tracer exits.
-            // SAFETY: closes the descriptor this process no longer needs.
-            unsafe { libc::close(read_end) };
-            Ok(())
-        }
-    }
-}
-
-impl Drop for Probes {
-    fn drop(&mut self) {
-        self.classic_links.close_after_exit();
-    }
-}
-
 /// The running kernel's BTF, parsed once while the programs load: each BTF tracepoint family
 /// needs it, and each parse of its 5-6 MB took time and memory at startup. Dropped once they
 /// are loaded (`forget_kernel_btf`): kept, it held 16 MB for the whole trace.
@@ -402,37 +351,6 @@ fn attach_tracepoints(
     }
     links.0.extend(attached);
     Ok(true)
-}
-
-/// A classic tracepoint's perf_event_open refused for want of privilege: EACCES (Debian's
-/// kernel.perf_event_paranoid 3 without CAP_SYS_ADMIN) or EPERM, found in the error's source
-/// chain (aya's message names the syscall only: "`perf_event_open_trace_point` failed").
-fn is_refused(err: &aya::programs::ProgramError) -> bool {
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(err);
-    while let Some(e) = cause {
-        let errno = e
-            .downcast_ref::<std::io::Error>()
-            .and_then(std::io::Error::raw_os_error);
-        if matches!(errno, Some(libc::EACCES | libc::EPERM)) {
-            return true;
-        }
-        cause = e.source();
-    }
-    false
-}
-
-/// Why perf_event_open refuses a process with CAP_PERFMON: Debian's kernels read
-/// kernel.perf_event_paranoid 3 (their default) as perf events for CAP_SYS_ADMIN only.
-fn perf_paranoia_hint() -> String {
-    let level = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").unwrap_or_default();
-    match level.trim().parse::<i32>() {
-        Ok(level) if level >= 3 => format!(
-            "; kernel.perf_event_paranoid is {level}, which leaves classic tracepoints to \
-             CAP_SYS_ADMIN on Debian's kernels (sysctl kernel.perf_event_paranoid=2, or root, \
-             lets them attach)"
-        ),
-        _ => String::new(),
-    }
 }
 
 impl Probes {
@@ -644,168 +562,6 @@ impl Probes {
     }
 }
 
-impl Forget for Probes {
-    fn thread_states(&self) -> Result<Vec<(StateKey, bool)>> {
-        Ok(read_shared::<StateKey, LockState>(&self.ebpf, LOCK_STATE)?
-            .into_iter()
-            .map(|(key, st)| {
-                let pending =
-                    st.pending_wait.is_some() || st.pending_holds.iter().any(|h| h.is_some());
-                (key, pending)
-            })
-            .collect())
-    }
-
-    /// Deletes the kernel entries of processes that are gone, as the mm owner or as an outside
-    /// locker: nothing adds to them any more, and a daemon that has folded them into its
-    /// series must not let the dead fill its maps. Returns the entries deleted.
-    fn forget_processes(&self, gone: &HashSet<u32>) -> Result<usize> {
-        if gone.is_empty() {
-            return Ok(0);
-        }
-        let of_gone = |k: &AggKey| gone.contains(&k.pid) || gone.contains(&k.locker_pid);
-        let mut deleted = delete_where::<AggKey, AggValue>(&self.ebpf, AGG, of_gone)?;
-        // Empty without attribution (--lean): one read each.
-        deleted += delete_where::<BlockKey, BlockValue>(&self.ebpf, blockers::BLOCKED, |k| {
-            of_gone(&k.waiter)
-        })?;
-        deleted += delete_where::<SleepKey, u64>(&self.ebpf, sched::SLEEPS, |k| of_gone(&k.hold))?;
-        let comms: Vec<u32> = gone.iter().copied().collect();
-        deleted += delete_from(&self.ebpf, LOCKER_COMMS, &comms)?;
-        deleted += delete_from(&self.ebpf, EXEC_COMMS, &comms)?;
-        Ok(deleted)
-    }
-
-    /// Deletes the per-thread state of threads that are gone: their lock states (`states`),
-    /// and by thread id, what attribution keeps of them. The maps are LRUs, so the dead would
-    /// only be evicted once full, with the living among them.
-    fn forget_threads(&self, states: &[StateKey]) -> Result<usize> {
-        let mut deleted = delete_from(&self.ebpf, LOCK_STATE, states)?;
-        let mut tids: Vec<u32> = states.iter().map(|k| k.tid).collect();
-        tids.dedup();
-        for name in [TID_HOLDING, syscalls::SYSCALLS_ACTIVE] {
-            deleted += delete_from(&self.ebpf, name, &tids)?;
-        }
-        Ok(deleted)
-    }
-}
-
-impl Source for Probes {
-    fn follows_forks(&self) -> bool {
-        self.follows_forks
-    }
-
-    /// The processes the programs follow from the listed targets' forks, alive now (inherit).
-    fn inherited_pids(&self) -> Result<Vec<u32>> {
-        let tgids: BpfHashMap<_, u32, u32> = map_ref(&self.ebpf, TARGET_TGIDS)?;
-        Ok(tgids
-            .iter()
-            .filter_map(|r| r.ok())
-            .filter(|&(_, parent)| parent != 0)
-            .map(|(pid, _)| pid)
-            .collect())
-    }
-
-    /// The processes whose mm the programs have registered so far (system-wide mode: every
-    /// process that locked its own mm; some may have exited since).
-    fn exec_names(&self) -> Result<HashMap<u32, String>> {
-        Ok(read_comms(&map_ref(&self.ebpf, EXEC_COMMS)?))
-    }
-
-    fn registered_pids(&self) -> Result<Vec<u32>> {
-        let mut pids: Vec<u32> = read_target_mms(&self.ebpf)?.into_values().collect();
-        pids.sort_unstable();
-        pids.dedup();
-        Ok(pids)
-    }
-
-    /// The processes whose user stacks the collected data refers to (its entries, its blocking
-    /// records, the timeline drained so far): the mapping lists to keep for symbolizing them.
-    fn user_stack_owners(&self) -> Result<HashSet<u32>> {
-        let entries: Vec<(AggKey, AggValue)> = read_shared(&self.ebpf, AGG)?;
-        let blocked: Vec<(BlockKey, BlockValue)> = read_shared(&self.ebpf, blockers::BLOCKED)?;
-        let timeline = self.timeline.iter().flat_map(TimelineReader::keys);
-        let owners = entries
-            .iter()
-            .map(|(key, _)| key)
-            .chain(timeline)
-            .filter(|key| key.user_stack >= 0)
-            .map(user_stack_owner)
-            .chain(
-                blocked
-                    .iter()
-                    .filter(|(key, _)| key.holder.user_stack >= 0)
-                    .map(|(key, _)| holder_stack_owner(key)),
-            );
-        Ok(owners.collect())
-    }
-
-    fn exited_threads(&self) -> Result<(u64, u64)> {
-        let exits: PerCpuArray<_, u64> = map_ref(&self.ebpf, THREAD_EXITS)?;
-        let sum = |slot: u32| -> Result<u64> { Ok(exits.get(&slot, 0)?.iter().sum()) };
-        Ok((sum(EXITED_LIFETIME_NS)?, sum(EXITED_THREADS)?))
-    }
-
-    fn trace_start_ns(&self) -> u64 {
-        self.trace_start_ns
-    }
-
-    /// Moves the timeline events the kernel has written so far into memory (call it often:
-    /// the ring buffer is bounded, and what does not fit is dropped and counted).
-    fn drain_timeline(&mut self) {
-        if let Some(timeline) = &mut self.timeline {
-            timeline.drain();
-        }
-    }
-
-    /// The user stack copies and events the kernel has written since the last call (call it
-    /// often: the ring buffer is bounded, and what does not fit is dropped and counted).
-    fn drain_user_stacks(&mut self) -> Vec<StackRecord> {
-        self.user_stacks
-            .as_mut()
-            .map(UserStackReader::drain)
-            .unwrap_or_default()
-    }
-
-    /// The frames of one stack of the stack map (a frame-pointer user stack, say), if it is
-    /// still there.
-    fn stack(&self, id: i32) -> Option<Vec<u64>> {
-        let map: StackTraceMap<&MapData> = map_ref(&self.ebpf, STACKS).ok()?;
-        let ids = HashSet::from([u32::try_from(id).ok()?]);
-        read_stacks(&map, &ids).remove(&id)
-    }
-
-    /// Reads the cumulative maps while the programs keep running (the live and interval
-    /// views). The timeline is left alone: it is drained by `drain_timeline` and `harvest`.
-    fn snapshot(&self) -> Result<Harvest> {
-        read_maps(self, Vec::new())
-    }
-
-    fn disarm(&mut self) -> Result<()> {
-        self.set_armed(false)
-    }
-
-    fn final_harvest(&mut self) -> Result<Harvest> {
-        self.set_armed(false)?;
-        let (events, dropped_here) = match self.timeline.take() {
-            Some(timeline) => timeline.finish(),
-            None => (Vec::new(), 0),
-        };
-        // Disarmed above, so the maps no longer move; dropping the probes afterwards detaches
-        // the programs.
-        let mut harvest = read_maps(self, events)?;
-        fold_pending(&self.ebpf, self.agg_capacity, &mut harvest)?;
-        if let Some((_, n)) = harvest
-            .counters
-            .iter_mut()
-            .find(|(c, _)| *c == Counter::TimelineDropped)
-        {
-            *n += dropped_here;
-        }
-        Ok(harvest)
-    }
-}
-
 /// HOLDER_INFO keeps each blocking hold's stacks until the waits queued behind it are charged;
 /// on a lock that thousands of threads queue for, a wait outlasts about as many holds as there
 /// are threads, each with its record. Slots are picked by hashing the hold's id, so the array is
@@ -833,174 +589,6 @@ fn late_stack_threshold(stack_threshold_ns: u64) -> u64 {
     }
 }
 
-/// Everything the programs collected, read without disturbing them, with `timeline` (drained
-/// separately) added: what every family reads, the loss counters and names all share, then
-/// the stacks that any of it references.
-fn read_maps(probes: &Probes, timeline: Vec<tracer_common::TimelineEvent>) -> Result<Harvest> {
-    let ebpf = &probes.ebpf;
-    let mut harvest = Harvest {
-        counters: read_counters(&map_ref(ebpf, COUNTERS)?)?,
-        locker_comms: read_comms(&map_ref(ebpf, LOCKER_COMMS)?),
-        features: probes.features,
-        timeline,
-        run_stats: self_cost::read_runs(ebpf, &probes.run_stats),
-        tracer_cpu: self_cost::tracer_cpu_since(probes.cpu_at_start),
-        ..Harvest::default()
-    };
-    for family in &FAMILIES {
-        (family.read)(probes, &mut harvest)?;
-    }
-    let ids: HashSet<u32> = harvest
-        .stack_refs()
-        .into_iter()
-        .map(|r| match r {
-            StackRef::Kernel(id) | StackRef::User { id, .. } => id as u32,
-        })
-        .collect();
-    harvest.stacks = read_stacks(&map_ref(ebpf, STACKS)?, &ids);
-    Ok(harvest)
-}
-
-/// The last operations that threads left pending (see `pending`), folded into the final
-/// harvest: the programs are disarmed, so no thread flushes them meanwhile. Every state is a
-/// target's (the programs make none for other mms), including those of mms that are gone: an
-/// exec leaves the old mm's last operation pending, with no later step on that mm to flush it.
-fn fold_pending(ebpf: &Ebpf, capacity: usize, harvest: &mut Harvest) -> Result<()> {
-    let states: BpfHashMap<_, StateKey, LockState> = map_ref(ebpf, LOCK_STATE)?;
-    let pending: Vec<LockState> = states
-        .iter()
-        .filter_map(|r| r.ok())
-        .map(|(_, st)| st)
-        .filter(|st| st.pending_wait.is_some() || st.pending_holds.iter().any(|h| h.is_some()))
-        .collect();
-    let holders: aya::maps::Array<_, HolderRecord> = map_ref(ebpf, blockers::HOLDER_INFO)?;
-    let mask = holders.len() - 1;
-    pending::fold(harvest, &pending, capacity, |id| {
-        let record = holders.get(&holder_slot(id, mask), 0).ok()?;
-        (record.id == *id).then_some(record.holder)
-    });
-    Ok(())
-}
-
-fn read_target_mms(ebpf: &Ebpf) -> Result<HashMap<u64, u32>> {
-    let mms: BpfHashMap<_, u64, u32> = map_ref(ebpf, TARGET_MMS)?;
-    Ok(mms.iter().filter_map(|r| r.ok()).collect())
-}
-
-fn map<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<T>
-where
-    T: TryFrom<&'a mut aya::maps::Map, Error = aya::maps::MapError>,
-{
-    let m = ebpf
-        .map_mut(name)
-        .ok_or_else(|| anyhow!("eBPF object has no map {name}"))?;
-    Ok(T::try_from(m)?)
-}
-
-fn map_ref<'a, T>(ebpf: &'a Ebpf, name: &str) -> Result<T>
-where
-    T: TryFrom<&'a aya::maps::Map, Error = aya::maps::MapError>,
-{
-    let m = ebpf
-        .map(name)
-        .ok_or_else(|| anyhow!("eBPF object has no map {name}"))?;
-    Ok(T::try_from(m)?)
-}
-
-/// Deletes the keys of the shared hash map `name` that `doomed` picks.
-fn delete_where<K: Pod, V: Pod>(
-    ebpf: &Ebpf,
-    name: &str,
-    doomed: impl Fn(&K) -> bool,
-) -> Result<usize> {
-    let keys: Vec<K> = read_shared::<K, V>(ebpf, name)?
-        .into_iter()
-        .map(|(k, _)| k)
-        .filter(|k| doomed(k))
-        .collect();
-    delete_from(ebpf, name, &keys)
-}
-
-fn delete_from<K: Pod>(ebpf: &Ebpf, name: &str, keys: &[K]) -> Result<usize> {
-    let map = ebpf
-        .map(name)
-        .ok_or_else(|| anyhow!("eBPF object has no map {name}"))?;
-    batch::delete_keys(map, keys).with_context(|| format!("deleting from {name}"))
-}
-
-/// Every key of the hash map `name` (shared by all CPUs), with its value: in batches where the
-/// kernel has them, else one key at a time.
-fn read_shared<K: Pod, V: Pod>(ebpf: &Ebpf, name: &str) -> Result<Vec<(K, V)>> {
-    let raw = ebpf
-        .map(name)
-        .ok_or_else(|| anyhow!("eBPF object has no map {name}"))?;
-    if let Some(all) = batch::lookup_all(raw).with_context(|| format!("reading {name}"))? {
-        return Ok(all);
-    }
-    let map: BpfHashMap<&MapData, K, V> = map_ref(ebpf, name)?;
-    map.iter()
-        .map(|item| item.with_context(|| format!("reading {name}")))
-        .collect()
-}
-
-/// Every value of the array `name`, shared by all CPUs, in index order.
-fn read_shared_array<V: Pod>(ebpf: &Ebpf, name: &str) -> Result<Vec<V>> {
-    let raw = ebpf
-        .map(name)
-        .ok_or_else(|| anyhow!("eBPF object has no map {name}"))?;
-    if let Some(all) =
-        batch::lookup_all::<u32, V>(raw).with_context(|| format!("reading {name}"))?
-    {
-        return Ok(all.into_iter().map(|(_, value)| value).collect());
-    }
-    let map: aya::maps::Array<&MapData, V> = map_ref(ebpf, name)?;
-    map.iter()
-        .map(|item| item.with_context(|| format!("reading {name}")))
-        .collect()
-}
-
-/// Every slot of a per-CPU array with its per-CPU values summed by `add`.
-fn read_array<V: Pod + Default + Copy, const N: usize>(
-    map: &PerCpuArray<&MapData, V>,
-    add: impl Fn(&mut V, &V),
-) -> Result<[V; N]> {
-    let mut out = [V::default(); N];
-    for (i, slot) in out.iter_mut().enumerate() {
-        for v in map.get(&(i as u32), 0)?.iter() {
-            add(slot, v);
-        }
-    }
-    Ok(out)
-}
-
-fn read_stacks(map: &StackTraceMap<&MapData>, ids: &HashSet<u32>) -> HashMap<i32, Vec<u64>> {
-    ids.iter()
-        .filter_map(|&id| {
-            let trace = map.get(&id, 0).ok()?;
-            Some((id as i32, trace.frames().iter().map(|f| f.ip).collect()))
-        })
-        .collect()
-}
-
-fn read_counters(map: &PerCpuArray<&MapData, u64>) -> Result<Vec<(Counter, u64)>> {
-    let mut out = Vec::with_capacity(COUNTER_SLOTS as usize);
-    for counter in Counter::ALL {
-        let sum = map.get(&(counter as u32), 0)?.iter().sum();
-        out.push((counter, sum));
-    }
-    Ok(out)
-}
-
-fn read_comms(map: &BpfHashMap<&MapData, u32, [u8; 16]>) -> HashMap<u32, String> {
-    map.iter()
-        .filter_map(|r| r.ok())
-        .map(|(pid, comm)| {
-            let len = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
-            (pid, String::from_utf8_lossy(&comm[..len]).into_owned())
-        })
-        .collect()
-}
-
 /// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK; newer ones use memcg, and raising
 /// the limit may be refused (no CAP_SYS_RESOURCE), which is harmless there.
 fn raise_memlock_limit() {
@@ -1017,118 +605,9 @@ fn raise_memlock_limit() {
     }
 }
 
-/// How close a loaded program came to the verifier's limit of a million instructions (the
-/// margin that older kernels' verifiers, which prune less, eat into; the project holds each
-/// program to VERIFIER_BUDGET), and how long loading it took: most of the time to attach.
-pub(crate) fn log_verified(name: &str, info: Result<ProgramInfo, ProgramError>, took: Duration) {
-    if let Some(count) = info.ok().and_then(|info| info.verified_instruction_count()) {
-        log::info!(
-            "{name}: the verifier processed {count} instructions (budget {VERIFIER_BUDGET}), \
-             loaded in {} ms",
-            took.as_millis()
-        );
-    }
-}
-
-/// The most instructions the verifier may process for one program, on every kernel the tests
-/// run on: a fifth of its limit of a million, so that a stricter or less pruning verifier still
-/// takes the programs, and loading stays well under a second.
-pub const VERIFIER_BUDGET: u32 = 150_000;
-
-/// A program's load error, with the verifier's log cut to what says why (its whole log, often
-/// thousands of lines, would be the "one line" of the error; -vv logs it).
-pub(crate) fn load_failed(err: aya::programs::ProgramError, doing: &str) -> anyhow::Error {
-    if let aya::programs::ProgramError::LoadError {
-        io_error,
-        verifier_log,
-    } = &err
-    {
-        let log = verifier_log.to_string();
-        log::debug!("verifier log of {doing}:\n{log}");
-        return explain_permission(
-            anyhow!(
-                "BPF_PROG_LOAD: {io_error}; the verifier said: {}",
-                verifier_summary(&log)
-            ),
-            doing,
-        );
-    }
-    explain_permission(anyhow!(err), doing)
-}
-
-/// The verifier's last word (its verdict ends the instruction trace) and its instruction
-/// count, from a log that ends with statistics.
-fn verifier_summary(log: &str) -> String {
-    let lines: Vec<&str> = log
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect();
-    let is_statistic = |l: &&str| {
-        l.starts_with("processed ")
-            || l.starts_with("verification time")
-            || l.starts_with("stack depth")
-    };
-    let verdict = lines
-        .iter()
-        .rev()
-        .find(|l| !is_statistic(l))
-        .copied()
-        .unwrap_or("no log");
-    let processed = lines.iter().find(|l| l.starts_with("processed "));
-    let mut summary: String = verdict.chars().take(240).collect();
-    if let Some(processed) = processed {
-        summary.push_str(" (");
-        summary.extend(processed.chars().take(120));
-        summary.push(')');
-    }
-    summary
-}
-
-/// Turns EPERM from the kernel into the capability the user must add.
-fn explain_permission(err: anyhow::Error, doing: &str) -> anyhow::Error {
-    let text = crate::text::error_line(&err);
-    if text.contains("Operation not permitted") || text.contains("EPERM") {
-        anyhow!("not enough privilege for {doing}: needs CAP_BPF and CAP_PERFMON (or root): {text}")
-    } else {
-        err.context(format!("{doing} failed"))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_verifier_log_is_cut_to_its_verdict_and_count() {
-        let log = "0: R1=ctx() R10=fp0\n; let x = 1;\n\
-                   3207: (2d) if r1 > r2 goto pc-747 BPF program is too large. Processed 1000001 insn\n\
-                   verification time 47047524 usec\nstack depth 368+0+120+72\n\
-                   processed 1000001 insns (limit 1000000) max_states_per_insn 58\n";
-        let summary = verifier_summary(log);
-        assert!(summary.starts_with("3207: (2d)"), "{summary}");
-        assert!(summary.contains("BPF program is too large"), "{summary}");
-        assert!(
-            summary.contains("(processed 1000001 insns (limit 1000000)"),
-            "{summary}"
-        );
-        assert!(!summary.contains('\n'));
-        assert_eq!(verifier_summary(""), "no log");
-    }
-
-    #[test]
-    fn a_perf_event_open_refused_for_privilege_is_told_apart_from_other_failures() {
-        let failed = |errno| {
-            aya::programs::ProgramError::SyscallError(aya::sys::SyscallError {
-                call: "perf_event_open_trace_point",
-                io_error: std::io::Error::from_raw_os_error(errno),
-            })
-        };
-        assert!(is_refused(&failed(libc::EACCES)));
-        assert!(is_refused(&failed(libc::EPERM)));
-        assert!(!is_refused(&failed(libc::ENOENT)));
-        assert!(!is_refused(&aya::programs::ProgramError::NotLoaded));
-    }
 
     #[test]
     fn late_walks_only_for_long_operations_unless_every_stack_is_asked_for() {

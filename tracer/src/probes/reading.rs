@@ -1,0 +1,166 @@
+//! The probes as the collect loop reads them while the programs trace (`Source`) and what a
+//! daemon lets go of (`Forget`).
+
+use super::*;
+
+impl Forget for Probes {
+    fn thread_states(&self) -> Result<Vec<(StateKey, bool)>> {
+        Ok(read_shared::<StateKey, LockState>(&self.ebpf, LOCK_STATE)?
+            .into_iter()
+            .map(|(key, st)| {
+                let pending =
+                    st.pending_wait.is_some() || st.pending_holds.iter().any(|h| h.is_some());
+                (key, pending)
+            })
+            .collect())
+    }
+
+    /// Deletes the kernel entries of processes that are gone, as the mm owner or as an outside
+    /// locker: nothing adds to them any more, and a daemon that has folded them into its
+    /// series must not let the dead fill its maps. Returns the entries deleted.
+    fn forget_processes(&self, gone: &HashSet<u32>) -> Result<usize> {
+        if gone.is_empty() {
+            return Ok(0);
+        }
+        let of_gone = |k: &AggKey| gone.contains(&k.pid) || gone.contains(&k.locker_pid);
+        let mut deleted = delete_where::<AggKey, AggValue>(&self.ebpf, AGG, of_gone)?;
+        // Empty without attribution (--lean): one read each.
+        deleted += delete_where::<BlockKey, BlockValue>(&self.ebpf, blockers::BLOCKED, |k| {
+            of_gone(&k.waiter)
+        })?;
+        deleted += delete_where::<SleepKey, u64>(&self.ebpf, sched::SLEEPS, |k| of_gone(&k.hold))?;
+        let comms: Vec<u32> = gone.iter().copied().collect();
+        deleted += delete_from(&self.ebpf, LOCKER_COMMS, &comms)?;
+        deleted += delete_from(&self.ebpf, EXEC_COMMS, &comms)?;
+        Ok(deleted)
+    }
+
+    /// Deletes the per-thread state of threads that are gone: their lock states (`states`),
+    /// and by thread id, what attribution keeps of them. The maps are LRUs, so the dead would
+    /// only be evicted once full, with the living among them.
+    fn forget_threads(&self, states: &[StateKey]) -> Result<usize> {
+        let mut deleted = delete_from(&self.ebpf, LOCK_STATE, states)?;
+        let mut tids: Vec<u32> = states.iter().map(|k| k.tid).collect();
+        tids.dedup();
+        for name in [TID_HOLDING, syscalls::SYSCALLS_ACTIVE] {
+            deleted += delete_from(&self.ebpf, name, &tids)?;
+        }
+        Ok(deleted)
+    }
+}
+
+impl Source for Probes {
+    fn follows_forks(&self) -> bool {
+        self.follows_forks
+    }
+
+    /// The processes the programs follow from the listed targets' forks, alive now (inherit).
+    fn inherited_pids(&self) -> Result<Vec<u32>> {
+        let tgids: BpfHashMap<_, u32, u32> = map_ref(&self.ebpf, TARGET_TGIDS)?;
+        Ok(tgids
+            .iter()
+            .filter_map(|r| r.ok())
+            .filter(|&(_, parent)| parent != 0)
+            .map(|(pid, _)| pid)
+            .collect())
+    }
+
+    /// The processes whose mm the programs have registered so far (system-wide mode: every
+    /// process that locked its own mm; some may have exited since).
+    fn exec_names(&self) -> Result<HashMap<u32, String>> {
+        Ok(read_comms(&map_ref(&self.ebpf, EXEC_COMMS)?))
+    }
+
+    fn registered_pids(&self) -> Result<Vec<u32>> {
+        let mut pids: Vec<u32> = read_target_mms(&self.ebpf)?.into_values().collect();
+        pids.sort_unstable();
+        pids.dedup();
+        Ok(pids)
+    }
+
+    /// The processes whose user stacks the collected data refers to (its entries, its blocking
+    /// records, the timeline drained so far): the mapping lists to keep for symbolizing them.
+    fn user_stack_owners(&self) -> Result<HashSet<u32>> {
+        let entries: Vec<(AggKey, AggValue)> = read_shared(&self.ebpf, AGG)?;
+        let blocked: Vec<(BlockKey, BlockValue)> = read_shared(&self.ebpf, blockers::BLOCKED)?;
+        let timeline = self.timeline.iter().flat_map(TimelineReader::keys);
+        let owners = entries
+            .iter()
+            .map(|(key, _)| key)
+            .chain(timeline)
+            .filter(|key| key.user_stack >= 0)
+            .map(user_stack_owner)
+            .chain(
+                blocked
+                    .iter()
+                    .filter(|(key, _)| key.holder.user_stack >= 0)
+                    .map(|(key, _)| holder_stack_owner(key)),
+            );
+        Ok(owners.collect())
+    }
+
+    fn exited_threads(&self) -> Result<(u64, u64)> {
+        let exits: PerCpuArray<_, u64> = map_ref(&self.ebpf, THREAD_EXITS)?;
+        let sum = |slot: u32| -> Result<u64> { Ok(exits.get(&slot, 0)?.iter().sum()) };
+        Ok((sum(EXITED_LIFETIME_NS)?, sum(EXITED_THREADS)?))
+    }
+
+    fn trace_start_ns(&self) -> u64 {
+        self.trace_start_ns
+    }
+
+    /// Moves the timeline events the kernel has written so far into memory (call it often:
+    /// the ring buffer is bounded, and what does not fit is dropped and counted).
+    fn drain_timeline(&mut self) {
+        if let Some(timeline) = &mut self.timeline {
+            timeline.drain();
+        }
+    }
+
+    /// The user stack copies and events the kernel has written since the last call (call it
+    /// often: the ring buffer is bounded, and what does not fit is dropped and counted).
+    fn drain_user_stacks(&mut self) -> Vec<StackRecord> {
+        self.user_stacks
+            .as_mut()
+            .map(UserStackReader::drain)
+            .unwrap_or_default()
+    }
+
+    /// The frames of one stack of the stack map (a frame-pointer user stack, say), if it is
+    /// still there.
+    fn stack(&self, id: i32) -> Option<Vec<u64>> {
+        let map: StackTraceMap<&MapData> = map_ref(&self.ebpf, STACKS).ok()?;
+        let ids = HashSet::from([u32::try_from(id).ok()?]);
+        read_stacks(&map, &ids).remove(&id)
+    }
+
+    /// Reads the cumulative maps while the programs keep running (the live and interval
+    /// views). The timeline is left alone: it is drained by `drain_timeline` and `harvest`.
+    fn snapshot(&self) -> Result<Harvest> {
+        read_maps(self, Vec::new())
+    }
+
+    fn disarm(&mut self) -> Result<()> {
+        self.set_armed(false)
+    }
+
+    fn final_harvest(&mut self) -> Result<Harvest> {
+        self.set_armed(false)?;
+        let (events, dropped_here) = match self.timeline.take() {
+            Some(timeline) => timeline.finish(),
+            None => (Vec::new(), 0),
+        };
+        // Disarmed above, so the maps no longer move; dropping the probes afterwards detaches
+        // the programs.
+        let mut harvest = read_maps(self, events)?;
+        fold_pending(&self.ebpf, self.agg_capacity, &mut harvest)?;
+        if let Some((_, n)) = harvest
+            .counters
+            .iter_mut()
+            .find(|(c, _)| *c == Counter::TimelineDropped)
+        {
+            *n += dropped_here;
+        }
+        Ok(harvest)
+    }
+}
