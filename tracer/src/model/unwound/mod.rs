@@ -15,12 +15,15 @@ use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 use tracer_common::{
-    log2_slot, AggKey, AggValue, BlockKey, BlockValue, Counter, SleepKey, UserStackCopyHeader,
-    UserStackEvent, HIST_SLOTS, KIND_HOLD, NO_STACK,
+    AggKey, AggValue, BlockKey, BlockValue, Counter, SleepKey, UserStackEvent, KIND_HOLD, NO_STACK,
 };
 
-use super::histogram::slot_bounds;
+mod copies;
+mod shares;
+
 use super::{Harvest, HolderSig, RawEntry};
+pub use copies::{CopyStats, PendingCopies, StackCopy, StackRecord};
+use shares::{apportion, fitted_hist, split, spread};
 
 /// First synthetic id of unwound stacks (stack-map ids are far below it).
 pub const UNWOUND_BASE: i32 = 1 << 30;
@@ -58,107 +61,6 @@ impl UserStackKind {
             UserStackKind::Fp => "fp",
             UserStackKind::Truncated => "truncated",
             UserStackKind::None => "none",
-        }
-    }
-}
-
-/// A copied user stack as the kernel sent it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct StackCopy {
-    pub header: UserStackCopyHeader,
-    /// Stack memory from `header.stack_start`.
-    pub bytes: Vec<u8>,
-}
-
-/// What the user stack ring buffer carries, in order: a copy always comes before the events
-/// that use it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum StackRecord {
-    Copy(StackCopy),
-    Event(UserStackEvent),
-}
-
-/// Copies not yet unwound kept at most (about 20 KiB each with the default window); beyond
-/// it, the oldest go, and an event arriving for one of them keeps its frame-pointer stack.
-const MAX_PENDING: usize = 512;
-
-/// How the copies were used, for the closing log and the lost counters.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CopyStats {
-    pub copies: u64,
-    /// Copies made at the end of an event, inside the critical section (not expected).
-    pub late_copies: u64,
-    pub events: u64,
-    /// Events whose copy was no longer kept (evicted, or its record was dropped).
-    pub events_without_copy: u64,
-}
-
-enum Pending {
-    Raw(StackCopy),
-    Unwound(UnwoundStack),
-}
-
-/// The latest copy of each thread, until the events that use it arrive. A thread runs one lock
-/// operation at a time, so its next copy replaces the previous one.
-#[derive(Default)]
-pub struct PendingCopies {
-    by_tid: HashMap<u32, (u64, Pending)>,
-    pub stats: CopyStats,
-}
-
-impl PendingCopies {
-    /// Copies not unwound yet, and their bytes (for -v).
-    pub fn raw_held(&self) -> (usize, usize) {
-        self.by_tid
-            .values()
-            .filter_map(|(_, pending)| match pending {
-                Pending::Raw(copy) => Some(copy.bytes.len()),
-                Pending::Unwound(_) => None,
-            })
-            .fold((0, 0), |(n, bytes), len| (n + 1, bytes + len))
-    }
-
-    pub fn add_copy(&mut self, copy: StackCopy) {
-        self.stats.copies += 1;
-        if self.by_tid.len() >= MAX_PENDING && !self.by_tid.contains_key(&copy.header.tid) {
-            self.evict_oldest();
-        }
-        let (tid, id) = (copy.header.tid, copy.header.copy_id);
-        self.by_tid.insert(tid, (id, Pending::Raw(copy)));
-    }
-
-    /// The unwound stack of `event`'s copy, unwinding it with `unwind` the first time.
-    pub fn resolve(
-        &mut self,
-        event: &UserStackEvent,
-        unwind: impl FnOnce(&StackCopy) -> UnwoundStack,
-    ) -> Option<UnwoundStack> {
-        self.stats.events += 1;
-        self.stats.late_copies += event.late_copy as u64;
-        let stack = match self.by_tid.get_mut(&event.tid) {
-            Some((id, pending)) if *id == event.copy_id => {
-                if let Pending::Raw(copy) = pending {
-                    *pending = Pending::Unwound(unwind(copy));
-                }
-                match pending {
-                    Pending::Unwound(stack) => Some(stack.clone()),
-                    Pending::Raw(_) => unreachable!("unwound above"),
-                }
-            }
-            _ => None,
-        };
-        if stack.is_none() {
-            self.stats.events_without_copy += 1;
-        } else if event.last_use != 0 {
-            self.by_tid.remove(&event.tid);
-        }
-        stack
-    }
-
-    fn evict_oldest(&mut self) {
-        let oldest = self.by_tid.iter().min_by_key(|(_, (id, _))| *id);
-        if let Some(&tid) = oldest.map(|(tid, _)| tid) {
-            self.by_tid.remove(&tid);
         }
     }
 }
@@ -335,171 +237,6 @@ const MAX_HOLDER_PARTS: usize = 4;
 fn keep_largest_parts(moves: &mut Vec<(i32, &AggValue)>) {
     moves.sort_unstable_by(|a, b| b.1.total_ns.cmp(&a.1.total_ns).then(a.0.cmp(&b.0)));
     moves.truncate(MAX_UNWOUND_PARTS);
-}
-
-/// Shares `rest` (an entry's events that were not copied) among `parts` (its unwound stacks)
-/// in proportion to their copied events, as whole events: every part gets an integer number of
-/// events, each in a histogram slot, and a time those events can add up to, so that no part
-/// shows an impossible figure (an average above its maximum, a maximum above its total). Every
-/// field sums exactly to `rest`'s. Returns, per part, whether it got anything: its maximum is
-/// then only an upper bound.
-fn spread(rest: &AggValue, parts: &mut [(AggKey, AggValue)]) -> Vec<bool> {
-    let weights: Vec<u64> = parts.iter().map(|(_, v)| v.count.max(1)).collect();
-    let hist = fitted_hist(&rest.hist, rest.count, rest.max_ns);
-    let counts = split(rest.count, &weights);
-    let cells = apportion(&hist, &counts, &weights);
-    let totals = split_time(rest, &cells, &counts);
-    // Off-CPU parts nest (uninterruptible within sleeping, sleeping and runnable within the
-    // total): each is split within the room its part has left, so the nesting holds per part.
-    let sleeping = split(rest.sleeping_ns, &totals);
-    let room: Vec<u64> = totals
-        .iter()
-        .zip(&sleeping)
-        .map(|(t, s)| t.saturating_sub(*s))
-        .collect();
-    let runnable = split(rest.runnable_ns, &room);
-    let uninterruptible = split(rest.uninterruptible_ns, &sleeping);
-    let contended = split(rest.contended_ns, &totals);
-    let mut received = Vec::with_capacity(parts.len());
-    for (i, (_, part)) in parts.iter_mut().enumerate() {
-        part.count += counts[i];
-        part.total_ns += totals[i];
-        part.sleeping_ns += sleeping[i];
-        part.runnable_ns += runnable[i];
-        part.uninterruptible_ns += uninterruptible[i];
-        part.contended_ns += contended[i];
-        for (slot, n) in cells[i].iter().enumerate() {
-            part.hist[slot] += n;
-        }
-        if let Some(top) = cells[i].iter().rposition(|&n| n > 0) {
-            // The part's share of the rest is in slot `top` at most, and no event of the
-            // rest was longer than its maximum.
-            let largest = slot_bounds(top).1 - 1;
-            part.max_ns = part.max_ns.max(largest.min(rest.max_ns));
-        }
-        part.max_ns = part
-            .max_ns
-            .min(part.total_ns)
-            .max(part.total_ns / part.count.max(1));
-        received.push(counts[i] > 0 || totals[i] > 0);
-    }
-    received
-}
-
-/// `hist` made to hold exactly `count` events (the kernel's per-CPU counters and histograms
-/// are not updated together, and a clamped move can leave them apart): missing events go to
-/// the maximum's slot, extra ones leave from the lowest slots.
-fn fitted_hist(hist: &[u64; HIST_SLOTS], count: u64, max_ns: u64) -> [u64; HIST_SLOTS] {
-    let mut hist = *hist;
-    let held: u64 = hist.iter().sum();
-    if held < count {
-        hist[log2_slot(max_ns)] += count - held;
-    }
-    let mut extra = held.saturating_sub(count);
-    for n in hist.iter_mut() {
-        let gone = extra.min(*n);
-        *n -= gone;
-        extra -= gone;
-    }
-    hist
-}
-
-/// Each column (a histogram slot's events, a record's wait time) shared among parts in
-/// proportion to `weights`, so that part `i` gets exactly `rows[i]` in all (`rows` sums to the
-/// columns): each part first gets the whole units of its exact share of every column, then a
-/// column's remaining units go to the parts still short of their row, largest remainders first.
-fn apportion(columns: &[u64], rows: &[u64], weights: &[u64]) -> Vec<Vec<u64>> {
-    let sum: u128 = weights.iter().map(|&w| w as u128).sum::<u128>().max(1);
-    let mut cells = vec![vec![0u64; columns.len()]; rows.len()];
-    for (slot, &n) in columns.iter().enumerate() {
-        for (part, &w) in cells.iter_mut().zip(weights) {
-            part[slot] = (n as u128 * w as u128 / sum) as u64;
-        }
-    }
-    let mut short: Vec<u64> = rows
-        .iter()
-        .zip(&cells)
-        .map(|(row, part)| row.saturating_sub(part.iter().sum()))
-        .collect();
-    for (slot, &n) in columns.iter().enumerate() {
-        let mut left = n - cells.iter().map(|part| part[slot]).sum::<u64>();
-        let mut order: Vec<usize> = (0..rows.len()).collect();
-        order.sort_by_key(|&i| std::cmp::Reverse(n as u128 * weights[i] as u128 % sum));
-        // One each by remainder, then as many as the rows still lack: the rows' shortfall
-        // always equals the units left in this column and the next, so nothing is left over.
-        for at_most in [1, u64::MAX] {
-            for &i in &order {
-                let give = left.min(short[i]).min(at_most);
-                cells[i][slot] += give;
-                short[i] -= give;
-                left -= give;
-            }
-        }
-    }
-    cells
-}
-
-/// `rest.total_ns` shared among parts holding the events `cells`, each part's time within what
-/// its events can add up to (every event lies in its slot, and is no longer than the rest's
-/// maximum), the slack shared in proportion to each part's room.
-fn split_time(rest: &AggValue, cells: &[Vec<u64>], counts: &[u64]) -> Vec<u64> {
-    let bounds = |part: &Vec<u64>| {
-        part.iter()
-            .enumerate()
-            .fold((0u128, 0u128), |(lo, hi), (slot, &n)| {
-                let (low, high) = slot_bounds(slot);
-                let largest = (high - 1).min(rest.max_ns).max(low);
-                (
-                    lo + n as u128 * low as u128,
-                    hi + n as u128 * largest as u128,
-                )
-            })
-    };
-    let (lows, highs): (Vec<u128>, Vec<u128>) = cells.iter().map(bounds).unzip();
-    let (low, high): (u128, u128) = (lows.iter().sum(), highs.iter().sum());
-    let total = rest.total_ns as u128;
-    let clamp = |v: u128| v.min(u64::MAX as u128) as u64;
-    let add = |base: &[u128], extra: Vec<u64>| -> Vec<u64> {
-        base.iter().zip(extra).map(|(b, e)| clamp(*b) + e).collect()
-    };
-    if total <= low {
-        // Fewer nanoseconds than the slots' lower bounds (not consistent): by those bounds.
-        let weights: Vec<u64> = lows.iter().map(|&l| clamp(l)).collect();
-        split(rest.total_ns, &weights)
-    } else if total >= high {
-        let extra = split(clamp(total - high), counts);
-        add(&highs, extra)
-    } else {
-        let room: Vec<u64> = lows.iter().zip(&highs).map(|(l, h)| clamp(h - l)).collect();
-        let extra = split(clamp(total - low), &room);
-        add(&lows, extra)
-    }
-}
-
-/// `total` split in proportion to `weights`, summing to `total` exactly (all to the first when
-/// every weight is zero).
-fn split(total: u64, weights: &[u64]) -> Vec<u64> {
-    let sum: u128 = weights.iter().map(|&w| w as u128).sum();
-    if sum == 0 {
-        let mut shares = vec![0; weights.len()];
-        if let Some(first) = shares.first_mut() {
-            *first = total;
-        }
-        return shares;
-    }
-    let exact: Vec<u128> = weights.iter().map(|&w| total as u128 * w as u128).collect();
-    let mut shares: Vec<u64> = exact.iter().map(|e| (e / sum) as u64).collect();
-    let mut left = total - shares.iter().sum::<u64>();
-    let mut by_remainder: Vec<usize> = (0..weights.len()).collect();
-    by_remainder.sort_by_key(|&i| std::cmp::Reverse(exact[i] % sum));
-    for i in by_remainder {
-        if left == 0 {
-            break;
-        }
-        shares[i] += 1;
-        left -= 1;
-    }
-    shares
 }
 
 fn add_counter(harvest: &mut Harvest, counter: Counter, n: u64) {
@@ -1074,70 +811,6 @@ mod tests {
         let moved = &window.entries[0];
         assert_ne!(moved.key, fp);
         assert_eq!((moved.value.count, moved.value.total_ns), (2, 7500));
-    }
-
-    fn copy(tid: u32, copy_id: u64) -> StackCopy {
-        StackCopy {
-            header: UserStackCopyHeader {
-                tid,
-                copy_id,
-                ..UserStackCopyHeader::default()
-            },
-            bytes: vec![0; 8],
-        }
-    }
-
-    fn use_of(tid: u32, copy_id: u64, last_use: bool) -> UserStackEvent {
-        UserStackEvent {
-            tid,
-            copy_id,
-            last_use: last_use as u8,
-            ..event(key(5), 10)
-        }
-    }
-
-    #[test]
-    fn a_copy_is_unwound_once_for_all_its_events_and_freed_after_the_last() {
-        let mut pending = PendingCopies::default();
-        pending.add_copy(copy(1, 100));
-        let mut unwinds = 0;
-        let mut unwind = |_: &StackCopy| {
-            unwinds += 1;
-            stack(&[0xa, 0xb], false)
-        };
-        let wait = pending.resolve(&use_of(1, 100, false), &mut unwind);
-        let hold = pending.resolve(&use_of(1, 100, true), &mut unwind);
-        assert_eq!(wait, Some(stack(&[0xa, 0xb], false)));
-        assert_eq!(hold, wait);
-        assert_eq!(unwinds, 1);
-        assert!(pending.by_tid.is_empty());
-        assert_eq!(pending.stats.events, 2);
-        assert_eq!(pending.stats.events_without_copy, 0);
-    }
-
-    #[test]
-    fn events_for_a_replaced_or_unknown_copy_are_counted_not_guessed() {
-        let mut pending = PendingCopies::default();
-        pending.add_copy(copy(1, 100));
-        pending.add_copy(copy(1, 200));
-        let unwind = |_: &StackCopy| stack(&[1], false);
-        assert_eq!(pending.resolve(&use_of(1, 100, true), unwind), None);
-        assert_eq!(pending.resolve(&use_of(2, 100, true), unwind), None);
-        assert!(pending.resolve(&use_of(1, 200, true), unwind).is_some());
-        assert_eq!(pending.stats.copies, 2);
-        assert_eq!(pending.stats.events_without_copy, 2);
-    }
-
-    #[test]
-    fn the_oldest_copies_go_first_when_too_many_are_pending() {
-        let mut pending = PendingCopies::default();
-        for tid in 0..MAX_PENDING as u32 + 1 {
-            pending.add_copy(copy(tid, 1000 + tid as u64));
-        }
-        assert_eq!(pending.by_tid.len(), MAX_PENDING);
-        let unwind = |_: &StackCopy| stack(&[1], false);
-        assert_eq!(pending.resolve(&use_of(0, 1000, true), unwind), None);
-        assert!(pending.resolve(&use_of(1, 1001, true), unwind).is_some());
     }
 
     #[test]
