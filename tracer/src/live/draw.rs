@@ -10,7 +10,8 @@ use ratatui::{
     Frame,
 };
 
-use super::state::{max_text, Column, Grouping, KindFilter, Row, ViewState, Window};
+use super::rows::Row;
+use super::state::{max_text, Column, Grouping, KindFilter, ViewState, Window};
 use crate::model::{report::Kind, report::Report, LiveSnapshot};
 use crate::present::{
     human_ns,

@@ -7,6 +7,9 @@
 //! backend, so tests drive it with a `TestBackend` and scripted messages.
 
 mod draw;
+mod labels;
+mod pane;
+mod rows;
 pub mod state;
 
 use std::sync::atomic::{AtomicBool, Ordering};
