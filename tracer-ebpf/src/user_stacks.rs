@@ -92,9 +92,8 @@ pub fn sample_at_start(locker: &Locker, now: u64) -> bool {
     cfg.user_stack_copies.bytes != 0 && locker.outside_pid == 0 && sampled(cfg, now)
 }
 
-/// At start_locking of an operation whose stacks were walked (it is expected to wait or hold
-/// past the stack threshold, or was sampled): copies the user stack now, before the lock is
-/// taken. The user stack does not change while the thread is in the kernel, so the wait and
+/// Where an operation's stacks are walked outside the lock (its wait goes to sleep, or the
+/// sampler picked it at start_locking): copies the user stack now, before the lock is taken. The user stack does not change while the thread is in the kernel, so the wait and
 /// the hold that follow use this copy, and no waiter pays for it inside the critical section.
 #[inline(always)]
 pub fn copy_at_start<R: CopyUserStack>(locker: &Locker, st: &mut LockState, now: u64) {

@@ -54,6 +54,7 @@ pub struct Outputs {
 impl Outputs {
     pub fn from_cli(cli: &Cli, view: &View) -> Self {
         let destination = cli
+            .report
             .output
             .as_deref()
             .map_or(Destination::Stdout, Destination::from_arg);
@@ -61,13 +62,13 @@ impl Outputs {
         Self {
             report: cli
                 .final_report_wanted(view)
-                .then(|| (destination, cli.format.unwrap_or(Format::Text))),
-            top: cli.top,
-            folded: file(&cli.folded),
-            svg: file(&cli.svg),
-            pprof: file(&cli.pprof),
-            timeline: file(&cli.timeline),
-            weight: match cli.weight {
+                .then(|| (destination, cli.report.format.unwrap_or(Format::Text))),
+            top: cli.report.top,
+            folded: file(&cli.exports.folded),
+            svg: file(&cli.exports.svg),
+            pprof: file(&cli.exports.pprof),
+            timeline: file(&cli.exports.timeline),
+            weight: match cli.exports.weight {
                 WeightArg::Wait => Weight::Wait,
                 WeightArg::Hold => Weight::Hold,
                 WeightArg::Count => Weight::Count,

@@ -43,8 +43,8 @@ pub fn run(cli: Cli) -> Result<i32> {
     }
     let mut cli = cli.with_serve_settings();
     init_logging(cli.verbose);
-    if let Some(floor) = cli.bench_floor {
-        return crate::probes::floor::run(floor, &cli.pid);
+    if let Some(floor) = cli.testing.bench_floor {
+        return crate::probes::floor::run(floor, &cli.target.pid);
     }
     let view = cli.view(live_terminal())?;
     // Before anything that may start threads: the child is forked from this process.
@@ -69,10 +69,10 @@ pub fn run(cli: Cli) -> Result<i32> {
         .serve()
         .map(|serve| crate::serve::Endpoint::bind(serve.listen))
         .transpose()?;
-    let inherit = launched.is_some() && !cli.no_inherit;
+    let inherit = launched.is_some() && !cli.target.no_inherit;
     let settings = probe_settings(&cli, &view, &targets, &outputs, &offsets, inherit);
-    let (mut probes, origin_ns) = load_and_arm(&settings, &tracefs, &offsets, &cli.pid)?;
-    let comm = target_comm(launched.as_ref(), &targets, &cli.pid);
+    let (mut probes, origin_ns) = load_and_arm(&settings, &tracefs, &offsets, &cli.target.pid)?;
+    let comm = target_comm(launched.as_ref(), &targets, &cli.target.pid);
     // Its faults from here on are the trace's: those of the exec and the command's start.
     let fault_baseline = launched.as_ref().and_then(|l| {
         crate::system::procfs::faults_taken(l.pid, inherit).map(|faults| (l.pid, faults))
@@ -89,20 +89,25 @@ pub fn run(cli: Cli) -> Result<i32> {
         stack_threshold_ns: cli.stack_threshold(),
         fault_baseline,
         collected_per_thread: settings.per_thread,
-        report_per_thread: cli.per_thread,
+        report_per_thread: cli.collect.per_thread,
         forget_the_gone: matches!(view, View::Serve),
     });
     let mut trace_with = |sink: &mut dyn Sink, probes: &mut Probes| {
-        runtime.block_on(session.run(cli.duration, probes, sink, &mut stops))
+        runtime.block_on(session.run(cli.target.duration, probes, sink, &mut stops))
     };
     let ending = match view {
         View::Final => trace_with(&mut NoSink, &mut probes),
         View::Intervals { interval } => {
-            let mut printer = IntervalPrinter::new(interval, cli.reset, cli.per_thread, cli.top);
+            let mut printer = IntervalPrinter::new(
+                interval,
+                cli.report.reset,
+                cli.collect.per_thread,
+                cli.report.top,
+            );
             trace_with(&mut printer, &mut probes)
         }
         View::Live { interval } => {
-            let mut view = live::LiveView::start(interval, cli.per_thread)?;
+            let mut view = live::LiveView::start(interval, cli.collect.per_thread)?;
             let ending = trace_with(&mut view, &mut probes);
             // The terminal is restored before anything else is printed, even on an error.
             view.finish();
@@ -166,26 +171,26 @@ fn wait_for_command(launched: Launched, ended_by: &str) -> Result<i32> {
 /// The command of `-- CMD`, forked and held before its execve until the programs are
 /// attached; its pid becomes the target.
 fn launch_held(cli: &mut Cli, view: &View) -> Result<Option<Launched>> {
-    if cli.command.is_empty() {
+    if cli.target.command.is_empty() {
         return Ok(None);
     }
-    let identity = cli.user.as_deref().map(Identity::of).transpose()?;
+    let identity = cli.target.user.as_deref().map(Identity::of).transpose()?;
     let live = matches!(*view, View::Live { .. });
-    let launched = Launched::spawn_held(&cli.command, identity.as_ref(), live)?;
-    cli.pid = vec![launched.pid];
+    let launched = Launched::spawn_held(&cli.target.command, identity.as_ref(), live)?;
+    cli.target.pid = vec![launched.pid];
     Ok(Some(launched))
 }
 
 /// The targets, each given pid once and checked to be a process.
 fn checked_targets(cli: &mut Cli) -> Result<Targets> {
-    cli.pid = crate::cli::unique_pids(&cli.pid);
-    for &pid in &cli.pid {
+    cli.target.pid = crate::cli::unique_pids(&cli.target.pid);
+    for &pid in &cli.target.pid {
         procfs::require_process(pid)?;
     }
-    Ok(if cli.all {
+    Ok(if cli.target.all {
         Targets::SystemWide
     } else {
-        Targets::Pids(cli.pid.clone())
+        Targets::Pids(cli.target.pid.clone())
     })
 }
 
@@ -204,30 +209,32 @@ fn probe_settings(
     // the operations left uncopied must go to their own thread's unwound stacks, not to another
     // thread's (model/unwound.rs).
     let stack_copies = stack_copies(cli, offsets);
-    let per_thread = cli.per_thread || matches!(*view, View::Live { .. }) || stack_copies.is_some();
+    let per_thread =
+        cli.collect.per_thread || matches!(*view, View::Live { .. }) || stack_copies.is_some();
     ProbeSettings {
         stack_threshold_ns: cli.stack_threshold(),
-        attribution: !cli.lean,
-        syscall_times: cli.syscall_times,
+        attribution: !cli.collect.lean,
+        syscall_times: cli.collect.syscall_times,
         per_thread,
-        per_thread_required: cli.per_thread,
+        per_thread_required: cli.collect.per_thread,
         user_stacks: cli.user_stack() != UserStackArg::None,
-        max_entries: cli.max_entries,
-        max_stacks: cli.max_stacks,
-        ring_bytes: cli.ring_bytes,
-        thread_entries: cli.thread_entries,
+        max_entries: cli.maps.max_entries,
+        max_stacks: cli.maps.max_stacks,
+        ring_bytes: cli.maps.ring_bytes,
+        thread_entries: cli.maps.thread_entries,
         // Never 0 when asked for: 0 means off.
         timeline_threshold_ns: if outputs.wants_timeline() {
-            cli.threshold.max(1)
+            cli.exports.threshold.max(1)
         } else {
             0
         },
         stack_copies,
         system_wide: targets.is_system_wide(),
-        classic_tracepoints: cli.classic_tracepoints,
-        target_slots: !targets.is_system_wide() && cli.pid.len() <= tracer_common::FAST_TARGETS,
+        classic_tracepoints: cli.testing.classic_tracepoints,
+        target_slots: !targets.is_system_wide()
+            && cli.target.pid.len() <= tracer_common::FAST_TARGETS,
         inherit,
-        self_cost: match cli.self_cost {
+        self_cost: match cli.collect.self_cost {
             SelfCostArg::Sampled => SelfCostMode::Sampled,
             SelfCostArg::Full => SelfCostMode::Full,
             SelfCostArg::Off => SelfCostMode::Off,
@@ -235,7 +242,11 @@ fn probe_settings(
         target_threads: if targets.is_system_wide() {
             procfs::machine_threads()
         } else {
-            cli.pid.iter().map(|&pid| procfs::thread_count(pid)).sum()
+            cli.target
+                .pid
+                .iter()
+                .map(|&pid| procfs::thread_count(pid))
+                .sum()
         },
     }
 }
@@ -380,9 +391,9 @@ fn stack_copies(cli: &Cli, offsets: &KernelOffsets) -> Option<StackCopySettings>
         return None;
     }
     Some(StackCopySettings {
-        bytes: cli.user_stack_bytes,
-        threshold_ns: cli.threshold,
-        sample: cli.user_stack_sample,
+        bytes: cli.collect.user_stack_bytes,
+        threshold_ns: cli.exports.threshold,
+        sample: cli.collect.user_stack_sample,
     })
 }
 
@@ -400,7 +411,7 @@ fn write_outputs(cli: &Cli, outputs: &Outputs, trace: FinalTrace, origin_ns: u64
         slices: timeline::slices(&timeline, &symbols, origin_ns),
         processes,
         threads,
-        threshold_ns: cli.threshold,
+        threshold_ns: cli.exports.threshold,
         dropped: timeline_dropped,
     };
     if cfg!(debug_assertions) {

@@ -2,8 +2,8 @@
 //! how they join the kernel's aggregation.
 //!
 //! The kernel adds every wait and hold to its entry, keyed by the frame-pointer user stack. It
-//! copies the user stack of a lock operation when the operation begins and is expected to be
-//! long (or is sampled), and later sends an event record for each wait or hold of that
+//! copies the user stack of a lock operation when its wait goes to sleep for the lock (or when
+//! the sampler picks it at its start), and later sends an event record for each wait or hold of that
 //! operation worth unwinding, naming the copy (`PendingCopies` pairs them). Each event carries
 //! the key it was added under and its exact share of the entry (duration, slow-path and off-CPU
 //! time), so an unwound event is *moved*: subtracted from its entry and added to an entry keyed
