@@ -313,22 +313,34 @@ impl Launched {
     }
 
     /// Ends a command still running when the trace ended (`q`, `-d`): SIGTERM, then SIGKILL if
-    /// it has not exited after `grace`, as `perf stat --timeout` does. Returns its status.
-    pub fn stop(self, grace: std::time::Duration) -> Result<i32> {
+    /// it has not exited after `grace`, as `perf stat --timeout` does. Returns its own status
+    /// when it had already ended by itself, None when it was stopped here.
+    pub fn stop(self, grace: std::time::Duration) -> Result<Option<i32>> {
+        if let Some(status) = self.exited()? {
+            return Ok(Some(status));
+        }
         self.forward(libc::SIGTERM);
         let deadline = std::time::Instant::now() + grace;
-        let mut status = 0;
         while std::time::Instant::now() < deadline {
-            // SAFETY: polling our own child with a valid status pointer.
-            if unsafe { libc::waitpid(self.pid as i32, &mut status, libc::WNOHANG) }
-                == self.pid as i32
-            {
-                return Ok(exit_code(status));
+            if self.exited()?.is_some() {
+                return Ok(None);
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         self.forward(libc::SIGKILL);
-        wait_for(self.pid)
+        wait_for(self.pid)?;
+        Ok(None)
+    }
+
+    /// The command's exit status if it has ended (reaping it), else None.
+    fn exited(&self) -> Result<Option<i32>> {
+        let mut status = 0;
+        // SAFETY: polling our own child with a valid status pointer.
+        match unsafe { libc::waitpid(self.pid as i32, &mut status, libc::WNOHANG) } {
+            0 => Ok(None),
+            -1 => Err(std::io::Error::last_os_error()).context("waiting for the command"),
+            _ => Ok(Some(exit_code(status))),
+        }
     }
 
     /// Passes a signal that ended the trace on to the command, which would otherwise keep the

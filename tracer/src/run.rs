@@ -156,14 +156,26 @@ fn check_kernel() -> Result<(Tracefs, KernelOffsets)> {
 }
 
 /// A launched command is waited for whatever happened to the trace: given the signal that
-/// ended it, or, when the trace ended first (q, -d, an error), stopped. Returns its status.
+/// ended it, or, when the trace ended first (q, -d, an error), stopped. Returns the tracer's
+/// exit status: the command's own, or 0 when the trace's end stopped it (the trace did what
+/// was asked: a script running `mmapsem-trace -d 10 -- CMD` must not see a failure).
 fn wait_for_command(launched: Launched, ended_by: &str) -> Result<i32> {
     match signal_named(ended_by) {
         Some(signal) => {
             launched.forward(signal);
             launched.wait()
         }
-        None if command_outlived_the_trace(ended_by) => launched.stop(STOP_GRACE),
+        None if command_outlived_the_trace(ended_by) => {
+            let pid = launched.pid;
+            let status = launched.stop(STOP_GRACE)?;
+            if status.is_none() {
+                eprintln!(
+                    "mmapsem-trace: stopped the command (pid {pid}), still running when the \
+                     trace ended ({ended_by})"
+                );
+            }
+            Ok(status.unwrap_or(0))
+        }
         None => launched.wait(),
     }
 }

@@ -189,6 +189,14 @@ fn causes(out: &mut String, r: &Report) {
 }
 
 fn blocks(out: &mut String, r: &Report, top: usize) {
+    if r.entries.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nNo waits or holds of mmap_lock were seen: the traced threads did not take it \
+             during the trace."
+        );
+        return;
+    }
     let shown = r.entries.len().min(top);
     let _ = writeln!(
         out,
@@ -567,6 +575,18 @@ mod tests {
     fn rendered() -> String {
         let (harvest, symbols, meta) = sample();
         render(&build_report(&harvest, &symbols, &meta), 10)
+    }
+
+    #[test]
+    fn a_trace_without_locks_says_so_rather_than_listing_none() {
+        let (_, symbols, meta) = sample();
+        let empty = crate::model::Harvest::default();
+        let text = render(&build_report(&empty, &symbols, &meta), 10);
+        assert!(!text.contains("Top 0 of 0"), "{text}");
+        assert!(
+            text.contains("No waits or holds of mmap_lock were seen"),
+            "{text}"
+        );
     }
 
     #[test]
