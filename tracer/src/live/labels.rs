@@ -3,61 +3,14 @@
 
 use std::collections::BTreeMap;
 
+use crate::model::answer::{self, last_path_segment};
 use crate::model::report::Entry;
 use crate::model::Frame;
 use crate::present::short_frame;
 
-/// The frame that names a stack best: the innermost user frame outside the C library and the
-/// Rust standard library (the caller that matters), else the innermost kernel frame.
+/// The frame that names a stack best (`model::answer::place`).
 pub(super) fn place(e: &Entry) -> String {
-    let is_libc = |m: &str| m.contains("/libc.so") || m.contains("/ld-linux");
-    let is_std = |symbol: &str| {
-        [
-            "core::", "std::", "alloc::", "<core::", "<std::", "<alloc::",
-        ]
-        .iter()
-        .any(|prefix| symbol.starts_with(prefix))
-    };
-    let user = e
-        .frames
-        .iter()
-        .filter(|f| !f.kernel && !is_libc(&f.module))
-        .filter_map(|f| f.symbol.as_deref())
-        .find(|symbol| !is_std(symbol));
-    let kernel = || {
-        e.frames
-            .iter()
-            .filter(|f| f.kernel)
-            .find_map(|f| f.symbol.as_deref())
-    };
-    user.or_else(kernel)
-        .map(|symbol| last_path_segment(symbol).to_string())
-        .unwrap_or_else(|| {
-            if e.stack_collected {
-                "(unsymbolized)".into()
-            } else {
-                "(no stack: under the stack threshold)".into()
-            }
-        })
-}
-
-/// `churn_once` of `mmapsem_workload::churn::churn_once`: the column is narrow, the stack pane
-/// has the full name. `::` inside `<...>` (a type's path) does not count.
-pub(super) fn last_path_segment(symbol: &str) -> &str {
-    let mut depth = 0i32;
-    let mut start = 0;
-    let bytes = symbol.as_bytes();
-    for (i, &b) in bytes.iter().enumerate() {
-        match b {
-            b'<' => depth += 1,
-            b'>' => depth -= 1,
-            b':' if depth == 0 && i > 0 && bytes[i - 1] == b':' && i + 1 < bytes.len() => {
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    &symbol[start..]
+    answer::place(&e.frames, e.stack_collected)
 }
 
 /// What tells frames apart: where they are and what they are.

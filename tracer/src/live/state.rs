@@ -405,8 +405,9 @@ impl ViewState {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::live::labels::{last_path_segment, place};
+    use crate::live::labels::place;
     use crate::live::pane::why_lines;
+    use crate::model::answer::last_path_segment;
     use crate::model::{
         build_report,
         report::tests::{attributed, sample},

@@ -30,8 +30,49 @@ pub fn check_json(report: &Value) -> Vec<String> {
     check_processes(report, entries, &mut broken);
     check_causes(report, entries, &mut broken);
     check_wait_share(report, &mut broken);
+    check_answer(report, entries, &mut broken);
     super::sections::check(report, entries, &mut broken);
     broken
+}
+
+/// The answer sums what the entries hold: no group waited or caused more than every wait, no
+/// maximum exceeds its group's total, shares stay within 0..1.
+fn check_answer(report: &Value, entries: &[Value], broken: &mut Vec<String>) {
+    let Some(answer) = report.get("answer") else {
+        broken.push("no answer".into());
+        return;
+    };
+    let all_wait: u64 = entries
+        .iter()
+        .filter(|e| e["kind"] == "wait")
+        .map(|e| n(e, "total_ns"))
+        .sum();
+    let waited = array(answer, "who_waited");
+    let behind = array(answer, "behind_whom");
+    let sum = |rows: &[Value], key: &str| rows.iter().map(|r| n(r, key)).sum::<u64>();
+    expect(broken, sum(waited, "wait_ns") <= all_wait, || {
+        format!("answer: who_waited sums above every wait ({all_wait} ns)")
+    });
+    let charged = sum(behind, "wait_caused_ns") + n(answer, "wait_unattributed_ns");
+    expect(broken, charged <= all_wait, || {
+        format!("answer: behind_whom and unattributed sum to {charged} ns, above every wait ({all_wait} ns)")
+    });
+    for (i, g) in waited.iter().enumerate() {
+        expect(broken, n(g, "max_wait_ns") <= n(g, "wait_ns"), || {
+            format!("answer.who_waited[{i}]: max above total")
+        });
+    }
+    for (i, g) in behind.iter().enumerate() {
+        expect(broken, n(g, "max_hold_ns") <= n(g, "hold_ns"), || {
+            format!("answer.behind_whom[{i}]: max hold above the holds' total")
+        });
+    }
+    for (i, g) in waited.iter().chain(behind).enumerate() {
+        let share = g["share"].as_f64().unwrap_or(-1.0);
+        expect(broken, (0.0..=1.0 + EPSILON).contains(&share), || {
+            format!("answer row {i}: share {share} outside 0..1")
+        });
+    }
 }
 
 /// Share comparisons allow for floating-point rounding only.
@@ -257,7 +298,7 @@ mod tests {
             edit(&mut v);
             check_json(&v)
         };
-        let cases: [(&str, &Edit); 11] = [
+        let cases: [(&str, &Edit); 14] = [
             ("max above total", &|v| {
                 v["entries"][1]["max_ns"] = 10_000_000.into()
             }),
@@ -282,6 +323,15 @@ mod tests {
             ("wait share", &|v| v["wait_share"] = 1.5.into()),
             ("page-fault holds", &|v| {
                 v["faults"]["kernel_mode_holds"] = 7.into()
+            }),
+            ("who_waited sums above", &|v| {
+                v["answer"]["who_waited"][0]["wait_ns"] = 10_000_000.into()
+            }),
+            ("behind_whom and unattributed", &|v| {
+                v["answer"]["wait_unattributed_ns"] = 9_000_000.into()
+            }),
+            ("max hold above", &|v| {
+                v["answer"]["behind_whom"][0]["max_hold_ns"] = 50_000_000.into()
             }),
         ];
         for (what, edit) in cases {

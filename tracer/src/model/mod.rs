@@ -1,6 +1,7 @@
 //! The pure model: raw data harvested from the kernel, plus symbols, become a `Report`.
 //! No I/O here; presenters (text, JSON) only read the `Report`.
 
+pub mod answer;
 pub mod cause;
 pub mod delta;
 pub mod histogram;

@@ -39,6 +39,7 @@ pub fn build_report(harvest: &Harvest, symbols: &Symbols, meta: &TraceMeta) -> R
         thread_time_ns: meta.thread_time_ns,
         wait_share: ratio(own_wait_ns, meta.thread_time_ns),
         stack_threshold_ns: meta.stack_threshold_ns,
+        answer: super::answer::answer(&entries),
         totals,
         outside_totals: totals_of(harvest, &[2, 3]),
         processes,

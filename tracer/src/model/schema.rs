@@ -97,6 +97,8 @@ pub struct Report {
     /// Share of the target threads' time spent waiting for the lock (0..1).
     pub wait_share: f64,
     pub stack_threshold_ns: u64,
+    /// Who waited and behind whom, summed (the answer the text report leads with).
+    pub answer: Answer,
     /// Every locker of the targets' mm: their threads and outside lockers.
     pub totals: Totals,
     /// The outside lockers' part of `totals`.
@@ -258,4 +260,53 @@ pub struct ProcessRow {
     pub max_hold_ns: u64,
     /// wait_ns over every process's wait (0..1).
     pub wait_share: f64,
+}
+
+/// Waits of one mode and cause whose stacks a frame names.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct WaitGroup {
+    pub mode: Mode,
+    pub cause: Cause,
+    /// The frame that names the stacks (see `place`).
+    pub place: String,
+    pub waits: u64,
+    pub wait_ns: u64,
+    pub max_wait_ns: u64,
+    /// wait_ns over every wait of the report (0..1).
+    pub share: f64,
+    /// The stacks summed here.
+    pub stacks: usize,
+}
+
+/// Holders of one mode and cause whose stacks a frame names, and the waiting charged to them.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct HolderGroup {
+    pub mode: Mode,
+    pub cause: Cause,
+    pub place: String,
+    /// The process that held the lock from outside (a /proc reader), when it was one.
+    pub outside_locker: Option<String>,
+    /// The waits charged to these holders, and their time.
+    pub waits_caused: u64,
+    pub wait_caused_ns: u64,
+    /// wait_caused_ns over every wait charged to a holder (0..1).
+    pub share: f64,
+    /// The holds themselves, as their entries have them (0 when the holds' entries were not
+    /// kept: a full map).
+    pub holds: u64,
+    pub hold_ns: u64,
+    pub max_hold_ns: u64,
+    /// Where the holds' time went while off CPU.
+    pub offcpu: OffCpuSplit,
+    /// Holder threads seen.
+    pub threads: Vec<u32>,
+}
+
+/// Who waited and behind whom, largest first, at most ANSWER_ROWS of each.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Answer {
+    pub who_waited: Vec<WaitGroup>,
+    pub behind_whom: Vec<HolderGroup>,
+    /// Wait time charged to no holder (timing only, or a holder the kernel lost).
+    pub wait_unattributed_ns: u64,
 }

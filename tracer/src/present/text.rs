@@ -10,7 +10,8 @@ use crate::model::self_cost::SelfCost;
 use crate::model::unwound::UserStackKind;
 
 use crate::model::{
-    report::{Entry, Report},
+    report::{Entry, Kind, Report},
+    schema::HolderGroup,
     Cause, Frame,
 };
 
@@ -20,6 +21,7 @@ use crate::text::escaped;
 pub fn render(report: &Report, top: usize) -> String {
     let mut out = String::new();
     header(&mut out, report);
+    answer(&mut out, report);
     processes(&mut out, report, top);
     crate::model::sections::text(&mut out, report);
     causes(&mut out, report);
@@ -91,6 +93,110 @@ fn header(out: &mut String, r: &Report) {
         }
     }
     downgrades(out, r.totals.write.downgrades);
+}
+
+/// Who waited and behind whom, summed, ahead of the details: what to fix, in a few lines.
+fn answer(out: &mut String, r: &Report) {
+    let a = &r.answer;
+    if a.who_waited.is_empty() {
+        return;
+    }
+    let waited: u64 = r
+        .entries
+        .iter()
+        .filter(|e| e.kind == Kind::Wait)
+        .map(|e| e.total_ns)
+        .sum();
+    let _ = writeln!(out, "\nWho waited ({} in all):", human_ns(waited));
+    for g in &a.who_waited {
+        let _ = writeln!(
+            out,
+            "  {:>4.0}% {:>10}  {:<5} {:<10} {}  ({} wait{}, max {})",
+            g.share * 100.0,
+            human_ns(g.wait_ns),
+            g.mode.label(),
+            g.cause.label(),
+            escaped(&g.place),
+            g.waits,
+            if g.waits == 1 { "" } else { "s" },
+            human_ns(g.max_wait_ns)
+        );
+    }
+    if a.behind_whom.is_empty() {
+        let _ = writeln!(
+            out,
+            "Behind whom: no wait was charged to a holder (--lean, and serve without --stacks, \
+             time the lock without naming holders)"
+        );
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "Behind whom ({} charged to holders{}):",
+        human_ns(waited.saturating_sub(a.wait_unattributed_ns)),
+        if a.wait_unattributed_ns > 0 {
+            format!(", {} to none", human_ns(a.wait_unattributed_ns))
+        } else {
+            String::new()
+        }
+    );
+    for g in &a.behind_whom {
+        let who = match &g.outside_locker {
+            Some(name) => format!(" by {}", escaped(name)),
+            None => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "  {:>4.0}% {:>10}  {:<5} {:<10} {}{who}  ({} wait{} behind {}{})",
+            g.share * 100.0,
+            human_ns(g.wait_caused_ns),
+            g.mode.label(),
+            g.cause.label(),
+            escaped(&g.place),
+            g.waits_caused,
+            if g.waits_caused == 1 { "" } else { "s" },
+            holds_line(g),
+            threads_note(&g.threads)
+        );
+    }
+}
+
+/// `3 holds, max 40.00 ms, 30% asleep, 5% runnable`: the holds behind a holder group, and
+/// where their time went off CPU.
+fn holds_line(g: &HolderGroup) -> String {
+    if g.holds == 0 {
+        return "holds not kept (full map)".into();
+    }
+    let mut line = format!(
+        "{} hold{}, max {}",
+        g.holds,
+        if g.holds == 1 { "" } else { "s" },
+        human_ns(g.max_hold_ns)
+    );
+    let pct = |ns: u64| (ns as f64 * 100.0 / g.hold_ns.max(1) as f64).round() as u64;
+    if pct(g.offcpu.sleeping_ns) > 0 {
+        let _ = write!(line, ", {}% asleep", pct(g.offcpu.sleeping_ns));
+    }
+    if pct(g.offcpu.runnable_ns) > 0 {
+        let _ = write!(line, ", {}% runnable", pct(g.offcpu.runnable_ns));
+    }
+    line
+}
+
+/// `, threads 77 78 (+3)`: the holder threads seen.
+fn threads_note(tids: &[u32]) -> String {
+    const SHOWN: usize = 3;
+    if tids.is_empty() {
+        return String::new();
+    }
+    let shown: Vec<String> = tids.iter().take(SHOWN).map(u32::to_string).collect();
+    let more = tids.len().saturating_sub(SHOWN);
+    let thread = if tids.len() == 1 { "thread" } else { "threads" };
+    if more > 0 {
+        format!("; {thread} {} (+{more})", shown.join(" "))
+    } else {
+        format!("; {thread} {}", shown.join(" "))
+    }
 }
 
 fn processes(out: &mut String, r: &Report, top: usize) {
@@ -575,6 +681,23 @@ mod tests {
     fn rendered() -> String {
         let (harvest, symbols, meta) = sample();
         render(&build_report(&harvest, &symbols, &meta), 10)
+    }
+
+    #[test]
+    fn the_answer_leads_who_waited_then_behind_whom() {
+        let (harvest, symbols, meta) = crate::model::report::tests::attributed();
+        let text = render(&build_report(&harvest, &symbols, &meta), 10);
+        let who = text.find("Who waited (9.00 ms in all):").expect(&text);
+        let behind = text.find("Behind whom (1.00 ms charged to holders, 8.00 ms to none):");
+        let behind = behind.expect(&text);
+        let details = text.find("call stacks by total time").expect(&text);
+        assert!(who < behind && behind < details, "{text}");
+        let holder = text[behind..].lines().nth(1).unwrap();
+        assert_eq!(
+            holder,
+            "    75%   750.0 µs  write munmap     munmap  (2 waits behind 1 hold, max 40.00 ms, \
+             50% asleep, 13% runnable; thread 7)"
+        );
     }
 
     #[test]
