@@ -202,6 +202,7 @@ fn view_line(state: &ViewState, s: &LiveSnapshot) -> String {
     let grouping = match state.grouping {
         Grouping::Stack => "by stack",
         Grouping::Cause => "by cause",
+        Grouping::Holder => "behind whom (rows: holders; count, total: the waits they caused)",
     };
     let kinds = match state.kinds {
         KindFilter::Both => "waits+holds",
@@ -311,6 +312,7 @@ fn draw_table(frame: &mut Frame, area: Rect, state: &ViewState, rows: &[Row]) {
         TableColumn::Stack => match state.grouping {
             Grouping::Stack => "stack (Enter: full stack)".to_string(),
             Grouping::Cause => "stacks".to_string(),
+            Grouping::Holder => "holder (Enter: its holds)".to_string(),
         },
     };
     let cells: Vec<Vec<String>> = rows
@@ -445,6 +447,7 @@ const HELP: &[&str] = &[
     "r           reset: the cumulative table starts again from now",
     "t           per-thread rows on / off",
     "c           group rows by call stack or by cause",
+    "b           rows: the holders waits were charged to (behind whom), by wait caused",
     "w / h       waits only / holds only (again: both)",
     "i           table shows the last interval or the cumulative window",
     "1..9        sort by {columns}",

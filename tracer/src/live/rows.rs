@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::model::answer::holder_groups;
 use crate::model::processes::UNKNOWN_COMM;
 use crate::model::report::{cause_rows, Entry, Kind, Mode, Report};
 use crate::model::Cause;
@@ -152,4 +153,65 @@ pub(super) fn cause_group_rows(entries: &[&Entry], report: &Report) -> Vec<Row> 
         }
     }
     rows
+}
+
+/// One row per holder group ("behind whom"): the waits charged to it as its count and total,
+/// its longest hold as its maximum; the pane says what its holds were and who held.
+pub(super) fn holder_rows(report: &Report) -> Vec<Row> {
+    holder_groups(&report.entries)
+        .into_iter()
+        .map(|g| {
+            let human = crate::present::human_ns;
+            let mut detail = vec![
+                format!(
+                    "caused {} wait{}, {} of waiting",
+                    g.waits_caused,
+                    if g.waits_caused == 1 { "" } else { "s" },
+                    human(g.wait_caused_ns)
+                ),
+                format!(
+                    "its holds: {}, {} in all, longest {}",
+                    g.holds,
+                    human(g.hold_ns),
+                    human(g.max_hold_ns)
+                ),
+                format!(
+                    "  off CPU while holding: {} runnable (preempted), {} asleep ({} of it \
+                     uninterruptible)",
+                    human(g.offcpu.runnable_ns),
+                    human(g.offcpu.sleeping_ns),
+                    human(g.offcpu.uninterruptible_ns)
+                ),
+            ];
+            if let Some(outside) = &g.outside_locker {
+                detail.push(format!("held from outside by {}", escaped(outside)));
+            }
+            if !g.threads.is_empty() {
+                let tids: Vec<String> = g.threads.iter().map(u32::to_string).collect();
+                detail.push(format!("holder threads: {}", tids.join(" ")));
+            }
+            Row {
+                id: format!(
+                    "holder/{:?}/{:?}/{}/{:?}",
+                    g.mode, g.cause, g.place, g.outside_locker
+                ),
+                kind: Kind::Hold,
+                mode: g.mode,
+                cause: g.cause,
+                count: g.waits_caused,
+                total_ns: g.wait_caused_ns,
+                avg_ns: g.wait_caused_ns / g.waits_caused.max(1),
+                p99_ns: 0,
+                max_ns: g.max_hold_ns,
+                max_is_upper_bound: false,
+                share: share(g.wait_caused_ns, report),
+                thread: None,
+                place: match &g.outside_locker {
+                    Some(outside) => format!("{} (by {})", g.place, escaped(outside)),
+                    None => g.place.clone(),
+                },
+                detail: vec![detail],
+            }
+        })
+        .collect()
 }

@@ -13,7 +13,7 @@ use crate::model::{
 use crate::present::human_ns;
 
 use super::labels::stack_labels;
-use super::rows::{cause_group_rows, stack_row, Row};
+use super::rows::{cause_group_rows, holder_rows, stack_row, Row};
 
 /// What the view asks of the collector.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,6 +29,8 @@ pub enum Command {
 pub enum Grouping {
     Stack,
     Cause,
+    /// The holders waits were charged to, summed by what names them ("behind whom").
+    Holder,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -252,13 +254,8 @@ impl ViewState {
                 self.per_thread = !self.per_thread;
                 return Some(Command::PerThread(self.per_thread));
             }
-            KeyCode::Char('c') => {
-                self.grouping = match self.grouping {
-                    Grouping::Stack => Grouping::Cause,
-                    Grouping::Cause => Grouping::Stack,
-                };
-                self.select_index(0);
-            }
+            KeyCode::Char('c') => self.group_by(Grouping::Cause),
+            KeyCode::Char('b') => self.group_by(Grouping::Holder),
             KeyCode::Char('w') => self.filter(KindFilter::Wait),
             KeyCode::Char('h') => self.filter(KindFilter::Hold),
             KeyCode::Char('i') => {
@@ -363,6 +360,16 @@ impl ViewState {
     }
 
     /// The table's rows, filtered and sorted.
+    /// Groups rows by `grouping`, or by stack again when they already are.
+    fn group_by(&mut self, grouping: Grouping) {
+        self.grouping = if self.grouping == grouping {
+            Grouping::Stack
+        } else {
+            grouping
+        };
+        self.select_index(0);
+    }
+
     pub fn rows(&self) -> Vec<Row> {
         let Some(report) = self.table_report() else {
             return Vec::new();
@@ -380,6 +387,8 @@ impl ViewState {
                 .map(|(e, label)| stack_row(e, label, report))
                 .collect(),
             Grouping::Cause => cause_group_rows(&entries, report),
+            // Holders are named by the waits charged to them: the kind filter does not apply.
+            Grouping::Holder => holder_rows(report),
         };
         self.sort_rows(&mut rows);
         rows
@@ -539,6 +548,38 @@ pub(crate) mod tests {
         // Sorting by count moves the row; the selection goes with it.
         s.on_key(key(KeyCode::Char('4')));
         assert_eq!(s.rows()[s.selected()].id, id);
+    }
+
+    #[test]
+    fn b_shows_the_holders_waits_were_charged_to_and_again_the_stacks() {
+        let (harvest, symbols, meta) = attributed();
+        let report = build_report(&harvest, &symbols, &meta);
+        let mut s = ViewState::new(Duration::from_secs(1), false);
+        s.receive(LiveSnapshot {
+            interval: report.clone(),
+            cumulative: report,
+            elapsed_ns: 1_000_000_000,
+            threads_now: 4,
+            per_thread: false,
+            was_reset: false,
+        });
+        s.on_key(key(KeyCode::Char('b')));
+        assert_eq!(s.grouping, Grouping::Holder);
+        let rows = s.rows();
+        let first = &rows[0];
+        assert_eq!(
+            (first.mode, first.cause),
+            (crate::model::report::Mode::Write, Cause::Munmap)
+        );
+        assert_eq!((first.count, first.total_ns), (2, 750_000));
+        assert_eq!(first.max_ns, 40_000_000, "its longest hold");
+        assert!(
+            first.detail[0].iter().any(|l| l == "holder threads: 7"),
+            "{:?}",
+            first.detail
+        );
+        s.on_key(key(KeyCode::Char('b')));
+        assert_eq!(s.grouping, Grouping::Stack);
     }
 
     #[test]

@@ -21,11 +21,27 @@ pub fn answer(entries: &[Entry]) -> Answer {
         .flat_map(|e| &e.blocked_by)
         .map(|b| b.wait_ns)
         .sum();
+    let mut who_waited = who_waited(&waits, all_wait_ns);
+    who_waited.truncate(ANSWER_ROWS);
+    let mut behind_whom = behind_whom(entries, &waits, charged_ns);
+    behind_whom.truncate(ANSWER_ROWS);
     Answer {
-        who_waited: who_waited(&waits, all_wait_ns),
-        behind_whom: behind_whom(entries, &waits, charged_ns),
+        who_waited,
+        behind_whom,
         wait_unattributed_ns: all_wait_ns.saturating_sub(charged_ns),
     }
+}
+
+/// Every holder group of the entries, largest wait caused first (the live view's "behind
+/// whom" rows; the report keeps ANSWER_ROWS).
+pub fn holder_groups(entries: &[Entry]) -> Vec<HolderGroup> {
+    let waits: Vec<&Entry> = entries.iter().filter(|e| e.kind == Kind::Wait).collect();
+    let charged_ns: u64 = waits
+        .iter()
+        .flat_map(|e| &e.blocked_by)
+        .map(|b| b.wait_ns)
+        .sum();
+    behind_whom(entries, &waits, charged_ns)
 }
 
 type WaitKey = (Mode, Cause, String);
@@ -142,14 +158,13 @@ fn locker_name(locker: Option<&super::schema::Locker>) -> String {
 }
 
 /// Largest first by the figure `by` gives (ties by name, so that the order does not depend on
-/// hashing), cut to ANSWER_ROWS.
-fn largest_first<T>(groups: &mut Vec<T>, by: impl Fn(&T) -> (u64, &String)) {
+/// hashing).
+fn largest_first<T>(groups: &mut [T], by: impl Fn(&T) -> (u64, &String)) {
     groups.sort_by(|a, b| {
         let (an, ap) = by(a);
         let (bn, bp) = by(b);
         bn.cmp(&an).then_with(|| ap.cmp(bp))
     });
-    groups.truncate(ANSWER_ROWS);
 }
 
 fn ratio(part: u64, whole: u64) -> f64 {
