@@ -90,6 +90,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         fault_baseline,
         collected_per_thread: settings.per_thread,
         report_per_thread: cli.collect.per_thread,
+        per_pid: cli.report.per_pid,
         forget_the_gone: matches!(view, View::Serve),
     });
     let mut trace_with = |sink: &mut dyn Sink, probes: &mut Probes| {
@@ -458,7 +459,7 @@ fn init_logging(verbose: u8) {
 
 #[cfg(test)]
 mod tests {
-    use crate::collect::{report_between, Mark};
+    use crate::collect::{report_between, Mark, Split};
     use crate::model::{report::tests::sample, Report};
     use crate::present::{self, folded::Weight};
 
@@ -492,7 +493,11 @@ mod tests {
             thread_time_ns: meta.thread_time_ns,
             elapsed: std::time::Duration::from_nanos(meta.duration_ns),
         };
-        let report = report_between(&last, &Mark::default(), &symbols, &meta, true);
+        let split = Split {
+            per_thread: true,
+            per_pid: false,
+        };
+        let report = report_between(&last, &Mark::default(), &symbols, &meta, split);
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
         let bless = std::env::var_os("MMAPSEM_BLESS").is_some();
         for (name, text) in outputs(&report) {

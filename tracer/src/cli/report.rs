@@ -79,6 +79,12 @@ pub struct ReportArgs {
     #[arg(long)]
     pub reset: bool,
 
+    /// Keep each outside locker's process apart (by default the processes of one name that
+    /// lock the targets' mm, a /proc reader loop's thousands of `cat`s, are one row with their
+    /// count).
+    #[arg(long)]
+    pub per_pid: bool,
+
     /// Call-stack blocks shown in the text report.
     #[arg(short = 'n', long, default_value_t = 10, value_name = "N")]
     pub top: usize,

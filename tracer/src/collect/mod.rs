@@ -22,7 +22,7 @@ use tokio::sync::Notify;
 use crate::model::{LiveSnapshot, Report};
 pub use crate::probes::source::Source;
 pub use session::{Ending, FinalTrace, Session, SessionSettings};
-pub use windows::{report_between, Mark, WindowId};
+pub use windows::{report_between, Mark, Split, WindowId};
 
 /// How often liveness and thread counts are sampled, the timeline drained and the view asked
 /// whether to stop.

@@ -37,6 +37,8 @@ pub struct SessionSettings {
     pub collected_per_thread: bool,
     /// Whether the final report does (--per-thread).
     pub report_per_thread: bool,
+    /// Keep each outside locker's process apart in every report (--per-pid).
+    pub per_pid: bool,
     /// Let go of processes and threads once they are gone and shown (a daemon, whose memory
     /// and maps must follow the processes alive, not all those it ever saw).
     pub forget_the_gone: bool,
@@ -79,9 +81,9 @@ pub struct Session {
 impl Session {
     pub fn new(settings: SessionSettings) -> Self {
         Self {
+            windows: Windows::new(settings.per_pid),
             settings,
             watch: Watch::default(),
-            windows: Windows::new(),
             gone_processes: GoneTwice::default(),
             gone_threads: GoneTwice::default(),
         }
@@ -637,6 +639,7 @@ mod tests {
             fault_baseline: None,
             collected_per_thread: false,
             report_per_thread: false,
+            per_pid: false,
             forget_the_gone,
         })
     }

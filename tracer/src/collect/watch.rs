@@ -91,6 +91,7 @@ impl Watch {
             stack_threshold_ns,
             thread_names: self.thread_names.clone(),
             cpus: std::thread::available_parallelism().map_or(0, |n| n.get() as u32),
+            locker_groups: HashMap::new(),
         }
     }
 

@@ -18,23 +18,37 @@ pub struct Mark {
     pub elapsed: Duration,
 }
 
+/// How a report splits what it shows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Split {
+    /// Keep the targets' threads apart.
+    pub per_thread: bool,
+    /// Keep each outside locker's process apart (else those of one name are one).
+    pub per_pid: bool,
+}
+
 /// The report of what happened from `from` to `now`, with the trace's facts `meta` narrowed to
-/// that window; `per_thread` keeps the targets' threads apart. Every report a trace gives, in
-/// a view or at its end, is built here.
+/// that window, split as `split` says. Every report a trace gives, in a view or at its end, is
+/// built here.
 pub fn report_between(
     now: &Mark,
     from: &Mark,
     symbols: &Symbols,
     meta: &TraceMeta,
-    per_thread: bool,
+    split: Split,
 ) -> Report {
     let mut window = delta::since(&now.harvest, &from.harvest);
-    if !per_thread {
+    if !split.per_thread {
         window = delta::without_threads(&window);
+    }
+    let mut locker_groups = HashMap::new();
+    if !split.per_pid {
+        (window, locker_groups) = delta::outside_lockers_by_name(&window);
     }
     let meta = TraceMeta {
         duration_ns: now.elapsed.saturating_sub(from.elapsed).as_nanos() as u64,
         thread_time_ns: now.thread_time_ns.saturating_sub(from.thread_time_ns),
+        locker_groups,
         ..meta.clone()
     };
     build_report(&window, symbols, &meta)
@@ -54,6 +68,8 @@ struct OpenWindow {
 
 /// The running windows of one trace, and the symbolizer that names their stacks.
 pub struct Windows {
+    /// Keep each outside locker's process apart in every report.
+    per_pid: bool,
     symbolizer: StackSymbolizer,
     since: Mark,
     previous: Mark,
@@ -63,8 +79,9 @@ pub struct Windows {
 }
 
 impl Windows {
-    pub fn new() -> Self {
+    pub fn new(per_pid: bool) -> Self {
         Self {
+            per_pid,
             symbolizer: StackSymbolizer::new(),
             since: Mark::default(),
             previous: Mark::default(),
@@ -96,8 +113,9 @@ impl Windows {
         per_thread: bool,
     ) -> LiveSnapshot {
         let symbols = self.symbolizer.symbols();
-        let interval = report_between(&now, &self.previous, symbols, meta, per_thread);
-        let cumulative = report_between(&now, &self.since, symbols, meta, per_thread);
+        let split = self.split(per_thread);
+        let interval = report_between(&now, &self.previous, symbols, meta, split);
+        let cumulative = report_between(&now, &self.since, symbols, meta, split);
         let elapsed_ns = now.elapsed.as_nanos() as u64;
         self.previous = now;
         LiveSnapshot {
@@ -129,7 +147,15 @@ impl Windows {
         let mut now = self.previous.clone();
         now.harvest.add_processes(&window.forgotten);
         let symbols = self.symbolizer.symbols();
-        Some(report_between(&now, &window.from, symbols, meta, false))
+        let split = self.split(false);
+        Some(report_between(&now, &window.from, symbols, meta, split))
+    }
+
+    fn split(&self, per_thread: bool) -> Split {
+        Split {
+            per_thread,
+            per_pid: self.per_pid,
+        }
     }
 
     /// Forgets the processes that are gone in every window's start, as the kernel maps forget
@@ -165,8 +191,9 @@ impl Windows {
         per_thread: bool,
     ) -> (Report, Symbols) {
         self.symbolize(&last.harvest, mappings);
+        let split = self.split(per_thread);
         let symbols = self.symbolizer.into_symbols();
-        let report = report_between(&last, &Mark::default(), &symbols, meta, per_thread);
+        let report = report_between(&last, &Mark::default(), &symbols, meta, split);
         (report, symbols)
     }
 }

@@ -150,8 +150,14 @@ fn holder_group((mode, cause, at, outside): &HolderKey) -> HolderGroup {
     }
 }
 
+/// `cat (8029)`, or `cat (400 processes)` for processes of one name folded into one.
 fn locker_name(locker: Option<&super::schema::Locker>) -> String {
     match locker {
+        Some(l) if l.processes > 1 => format!(
+            "{} ({} processes)",
+            l.comm.as_deref().unwrap_or("?"),
+            l.processes
+        ),
         Some(l) => format!("{} ({})", l.comm.as_deref().unwrap_or("?"), l.pid),
         None => "?".into(),
     }

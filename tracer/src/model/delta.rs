@@ -9,7 +9,8 @@
 use std::collections::HashMap;
 
 use tracer_common::{
-    AggKey, AggValue, BlockKey, BlockValue, ModeTotals, SleepKey, HIST_SLOTS, KIND_WAIT,
+    AggKey, AggValue, BlockKey, BlockValue, HolderKey, ModeTotals, SleepKey, HIST_SLOTS, KIND_WAIT,
+    NO_STACK,
 };
 
 use super::{Harvest, RawEntry};
@@ -174,11 +175,75 @@ fn totals_slot(key: &AggKey) -> usize {
 }
 
 /// Merges per-thread entries of the targets' own threads into per-process ones (the live view
-/// collects per thread so that it can switch views without reloading the programs). Outside
-/// lockers keep their thread id, as they do in every report.
-///
-/// Every field is named, as in `since`: a new one must say whether it is keyed by thread.
+/// collects per thread so that it can switch views without reloading the programs): entries
+/// (and the waits charged and sleeps keyed by them) that differ only by a target's thread are
+/// one. Outside lockers keep their thread id, as they do in every report.
 pub fn without_threads(harvest: &Harvest) -> Harvest {
+    let untid = |mut key: AggKey| {
+        if key.locker_pid == 0 {
+            key.tid = 0;
+        }
+        key
+    };
+    fold_keys(harvest, untid, |holder| holder)
+}
+
+/// Outside lockers of one name folded into one, by the smallest of their pids: that pid ->
+/// every pid of the name (only names of more than one process).
+pub type LockerGroups = HashMap<u32, Vec<u32>>;
+
+/// Folds the outside lockers that share a name (the kernel's record of it) into one locker:
+/// a /proc reader loop's thousands of short-lived `cat`s become one `cat`, with the processes
+/// it stands for. A folded locker's keys lose their thread and user stack (these lie in as many
+/// processes as there were pids; the kernel stack says what it did).
+pub fn outside_lockers_by_name(harvest: &Harvest) -> (Harvest, LockerGroups) {
+    let mut by_name: HashMap<&str, Vec<u32>> = HashMap::new();
+    let lockers = harvest
+        .entries
+        .iter()
+        .map(|e| e.key.locker_pid)
+        .chain(harvest.blocked.iter().map(|(k, _)| k.holder.outside_pid))
+        .filter(|&pid| pid != 0);
+    for pid in lockers.collect::<std::collections::BTreeSet<u32>>() {
+        if let Some(name) = harvest.locker_comms.get(&pid) {
+            by_name.entry(name).or_default().push(pid);
+        }
+    }
+    let groups: LockerGroups = by_name
+        .into_values()
+        .filter(|pids| pids.len() > 1)
+        .map(|pids| (pids[0], pids))
+        .collect();
+    if groups.is_empty() {
+        return (harvest.clone(), groups);
+    }
+    let folded: HashMap<u32, u32> = groups
+        .iter()
+        .flat_map(|(&first, pids)| pids.iter().map(move |&pid| (pid, first)))
+        .collect();
+    let agg = |mut key: AggKey| {
+        if let Some(&first) = folded.get(&key.locker_pid) {
+            (key.locker_pid, key.tid, key.user_stack) = (first, 0, NO_STACK);
+        }
+        key
+    };
+    let holder = |mut key: HolderKey| {
+        if let Some(&first) = folded.get(&key.outside_pid) {
+            (key.outside_pid, key.tid, key.user_stack) = (first, 0, NO_STACK);
+        }
+        key
+    };
+    (fold_keys(harvest, agg, holder), groups)
+}
+
+/// The harvest with its keys mapped by `agg` (entries, and the waiters, holds and estimated
+/// stacks keyed by them) and `holder` (the holders waits were charged to); entries and records
+/// whose keys become equal are merged.
+fn fold_keys(
+    harvest: &Harvest,
+    agg: impl Fn(AggKey) -> AggKey,
+    holder: impl Fn(HolderKey) -> HolderKey,
+) -> Harvest {
     let Harvest {
         entries,
         stacks,
@@ -195,16 +260,10 @@ pub fn without_threads(harvest: &Harvest) -> Harvest {
         run_stats,
         tracer_cpu,
     } = harvest;
-    let untid = |mut key: AggKey| {
-        if key.locker_pid == 0 {
-            key.tid = 0;
-        }
-        key
-    };
     let mut merged: Vec<RawEntry> = Vec::with_capacity(entries.len());
     let mut index: HashMap<AggKey, usize> = HashMap::new();
     for e in entries {
-        let key = untid(e.key);
+        let key = agg(e.key);
         match index.get(&key) {
             Some(&i) => merged[i].merge(e),
             None => {
@@ -222,8 +281,8 @@ pub fn without_threads(harvest: &Harvest) -> Harvest {
         blocked: merge_keyed(
             blocked.iter().map(|(k, v)| {
                 let key = BlockKey {
-                    waiter: untid(k.waiter),
-                    ..*k
+                    waiter: agg(k.waiter),
+                    holder: holder(k.holder),
                 };
                 (key, *v)
             }),
@@ -232,16 +291,16 @@ pub fn without_threads(harvest: &Harvest) -> Harvest {
         sleeps: merge_keyed(
             sleeps.iter().map(|(k, v)| {
                 let key = SleepKey {
-                    hold: untid(k.hold),
+                    hold: agg(k.hold),
                     ..*k
                 };
                 (key, *v)
             }),
             |into, v| *into += v,
         ),
-        estimated_user_stacks: estimated_user_stacks.iter().map(|&k| untid(k)).collect(),
-        // Not keyed by the targets' threads: as they are. (Timeline events keep their thread:
-        // each is one thread's wait or hold.)
+        estimated_user_stacks: estimated_user_stacks.iter().map(|&k| agg(k)).collect(),
+        // Not keyed by lockers: as they are. (Timeline events keep their thread: each is one
+        // thread's wait or hold.)
         stacks: stacks.clone(),
         totals: *totals,
         counters: counters.clone(),
@@ -298,6 +357,86 @@ mod tests {
             value,
             max_is_upper_bound: false,
         }
+    }
+
+    /// An outside locker's hold of the target's mm, `ns` long.
+    fn outside_hold(locker_pid: u32, tid: u32, user_stack: i32, ns: u64) -> RawEntry {
+        let mut e = entry(tid, KIND_HOLD, &[ns]);
+        (e.key.locker_pid, e.key.user_stack) = (locker_pid, user_stack);
+        e
+    }
+
+    #[test]
+    fn outside_lockers_of_one_name_fold_into_the_first_with_their_count() {
+        let waiter = entry(0, KIND_WAIT, &[300]).key;
+        let holder = |outside_pid, tid| HolderKey {
+            kernel_stack: 5,
+            user_stack: 90 + outside_pid as i32,
+            tid,
+            outside_pid,
+            ..HolderKey::default()
+        };
+        let harvest = Harvest {
+            entries: vec![
+                outside_hold(101, 1011, 7, 1_000),
+                outside_hold(100, 1001, 8, 2_000),
+                outside_hold(102, 1021, 9, 4_000),
+            ],
+            blocked: vec![
+                (
+                    BlockKey {
+                        waiter,
+                        holder: holder(101, 1011),
+                    },
+                    BlockValue {
+                        count: 1,
+                        wait_ns: 100,
+                    },
+                ),
+                (
+                    BlockKey {
+                        waiter,
+                        holder: holder(100, 1001),
+                    },
+                    BlockValue {
+                        count: 2,
+                        wait_ns: 200,
+                    },
+                ),
+            ],
+            locker_comms: HashMap::from([
+                (100, "cat".to_string()),
+                (101, "cat".to_string()),
+                (102, "atop".to_string()),
+            ]),
+            ..Harvest::default()
+        };
+        let (folded, groups) = outside_lockers_by_name(&harvest);
+        assert_eq!(groups, HashMap::from([(100, vec![100, 101])]));
+        let cat: Vec<&RawEntry> = folded
+            .entries
+            .iter()
+            .filter(|e| e.key.locker_pid == 100)
+            .collect();
+        assert_eq!(cat.len(), 1, "{:?}", folded.entries);
+        assert_eq!((cat[0].value.count, cat[0].value.total_ns), (2, 3_000));
+        assert_eq!((cat[0].key.tid, cat[0].key.user_stack), (0, NO_STACK));
+        // A name of one process keeps its pid, thread and stack.
+        let atop = folded.entries.iter().find(|e| e.key.locker_pid == 102);
+        assert_eq!(atop.map(|e| (e.key.tid, e.key.user_stack)), Some((1021, 9)));
+        // The waits charged to either cat are charged to the one.
+        assert_eq!(folded.blocked.len(), 1);
+        let (key, value) = folded.blocked[0];
+        assert_eq!((key.holder.outside_pid, key.holder.tid), (100, 0));
+        assert_eq!((value.count, value.wait_ns), (3, 300));
+        // Nothing to fold: the harvest as it was.
+        let (same, none) = outside_lockers_by_name(&Harvest {
+            entries: vec![outside_hold(102, 1021, 9, 4_000)],
+            blocked: Vec::new(),
+            ..harvest.clone()
+        });
+        assert!(none.is_empty());
+        assert_eq!(same.entries.len(), 1);
     }
 
     fn harvest(entries: Vec<RawEntry>, unpaired: u64) -> Harvest {

@@ -10,8 +10,13 @@ use super::schema::{Entry, Kind, ProcessRow};
 pub const UNKNOWN_COMM: &str = "?";
 
 /// Rows by locking process, most waiting first (then most holding, then pid). `name_of` names
-/// a pid when it can.
-pub fn process_rows(entries: &[Entry], name_of: impl Fn(u32) -> Option<String>) -> Vec<ProcessRow> {
+/// a pid when it can; `groups` gives the pids an outside locker's row stands for when its
+/// processes of one name were folded.
+pub fn process_rows(
+    entries: &[Entry],
+    name_of: impl Fn(u32) -> Option<String>,
+    groups: &HashMap<u32, Vec<u32>>,
+) -> Vec<ProcessRow> {
     let mut rows: HashMap<u32, ProcessRow> = HashMap::new();
     for e in entries {
         let pid = locking_pid(e);
@@ -25,6 +30,8 @@ pub fn process_rows(entries: &[Entry], name_of: impl Fn(u32) -> Option<String>) 
             hold_ns: 0,
             max_hold_ns: 0,
             wait_share: 0.0,
+            processes: 1,
+            pids: Vec::new(),
         });
         match e.kind {
             Kind::Wait => {
@@ -44,6 +51,9 @@ pub fn process_rows(entries: &[Entry], name_of: impl Fn(u32) -> Option<String>) 
         .into_values()
         .map(|mut row| {
             row.comm = name_of(row.pid).unwrap_or_else(|| UNKNOWN_COMM.to_string());
+            if let Some(pids) = groups.get(&row.pid) {
+                (row.processes, row.pids) = (pids.len(), pids.clone());
+            }
             row.wait_share = if all_wait_ns == 0 {
                 0.0
             } else {
@@ -108,7 +118,11 @@ mod tests {
         other.total_ns = 3_000_000;
         other.count = 1;
         entries.push(other);
-        let rows = process_rows(&entries, |pid| (pid == 42).then(|| "app".to_string()));
+        let rows = process_rows(
+            &entries,
+            |pid| (pid == 42).then(|| "app".to_string()),
+            &HashMap::new(),
+        );
         assert_eq!(rows.iter().map(|r| r.pid).collect::<Vec<_>>(), [42, 77, 9]);
         assert_eq!(rows[1].comm, UNKNOWN_COMM);
         assert_eq!(rows[2].comm, UNKNOWN_COMM);
@@ -119,6 +133,6 @@ mod tests {
 
     #[test]
     fn no_entries_no_rows() {
-        assert!(process_rows(&[], |_| None).is_empty());
+        assert!(process_rows(&[], |_| None, &HashMap::new()).is_empty());
     }
 }

@@ -23,7 +23,11 @@ const MAX_TIDS: usize = 8;
 pub fn build_report(harvest: &Harvest, symbols: &Symbols, meta: &TraceMeta) -> Report {
     let index = Index::new(harvest, symbols, meta);
     let entries = sorted_entries(harvest, &index);
-    let processes = process_rows(&entries, |pid| process_name(harvest, meta, pid));
+    let processes = process_rows(
+        &entries,
+        |pid| process_name(harvest, meta, pid),
+        &meta.locker_groups,
+    );
     let totals = totals_of(harvest, &[0, 1, 2, 3]);
     let own_wait_ns: u64 = harvest.totals[..2].iter().map(|t| t.wait_ns).sum();
     Report {
@@ -183,6 +187,7 @@ impl<'a> Index<'a> {
         (pid != 0).then(|| Locker {
             pid,
             comm: self.harvest.locker_comms.get(&pid).cloned(),
+            processes: self.meta.locker_groups.get(&pid).map_or(1, Vec::len),
         })
     }
 
@@ -551,6 +556,7 @@ pub(crate) mod tests {
             process_names: HashMap::from([(42, "app".to_string())]),
             system_wide: false,
             cpus: 2,
+            locker_groups: HashMap::new(),
         };
         (harvest, symbols, meta)
     }
@@ -803,7 +809,8 @@ pub(crate) mod tests {
             reader.locker,
             Some(Locker {
                 pid: 9,
-                comm: Some("cat".into())
+                comm: Some("cat".into()),
+                processes: 1,
             })
         );
         let short = r.entries.last().unwrap();

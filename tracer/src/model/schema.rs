@@ -86,6 +86,9 @@ pub struct TraceMeta {
     pub process_names: HashMap<u32, String>,
     /// CPUs the machine has (0: unknown), what the tracer's own cost is set against.
     pub cpus: u32,
+    /// Outside lockers folded by name (`model::delta::outside_lockers_by_name`): the first pid
+    /// of each name -> every pid of it.
+    pub locker_groups: HashMap<u32, Vec<u32>>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -209,6 +212,9 @@ pub struct Entry {
 pub struct Locker {
     pub pid: u32,
     pub comm: Option<String>,
+    /// The processes of this name folded into this locker (1 unless `--per-pid` was not given
+    /// and several processes of the name locked: a /proc reader loop); `pid` is the first.
+    pub processes: usize,
 }
 
 /// A holder a wait was charged to: its stacks, cause and threads, and the wait time.
@@ -260,6 +266,12 @@ pub struct ProcessRow {
     pub max_hold_ns: u64,
     /// wait_ns over every process's wait (0..1).
     pub wait_share: f64,
+    /// The processes this row stands for: several for an outside locker whose processes of
+    /// one name were folded (`pid` is the first), else one.
+    pub processes: usize,
+    /// Their pids (only when more than one).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pids: Vec<u32>,
 }
 
 /// Waits of one mode and cause whose stacks a frame names.

@@ -268,6 +268,7 @@ mod tests {
         entry.locker = Some(crate::model::report::Locker {
             pid: 20,
             comm: Some("ps".into()),
+            processes: 1,
         });
         let mut series = Series::default();
         series.fold(&harvest_report, &settings(true, 100));

@@ -111,7 +111,11 @@ fn stack_path(report: &Report, e: &Entry) -> String {
 fn root_frame(report: &Report, e: &Entry) -> String {
     let name = if let Some(locker) = &e.locker {
         let comm = locker.comm.as_deref().unwrap_or("?");
-        format!("{comm} (outside locker, pid {})", locker.pid)
+        if locker.processes > 1 {
+            format!("{comm} (outside locker, {} processes)", locker.processes)
+        } else {
+            format!("{comm} (outside locker, pid {})", locker.pid)
+        }
     } else if let Some(tid) = e.tid {
         match &e.thread_name {
             Some(thread) => format!("{thread} (tid {tid})"),

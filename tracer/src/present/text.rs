@@ -219,7 +219,7 @@ fn processes(out: &mut String, r: &Report, top: usize) {
             out,
             "{:>8} {:<16} {:>9} {:>10} {:>10} {:>5.1}% {:>9} {:>10} {:>10}",
             p.pid,
-            escaped(&p.comm),
+            process_name(p),
             p.waits,
             human_ns(p.wait_ns),
             human_ns(p.max_wait_ns),
@@ -315,6 +315,26 @@ fn blocks(out: &mut String, r: &Report, top: usize) {
     }
 }
 
+/// `cat pid 9`, or `cat, 3187 processes` for an outside locker whose processes of one name were
+/// folded into one.
+fn locker_name(l: &crate::model::report::Locker) -> String {
+    let comm = escaped(l.comm.as_deref().unwrap_or("?"));
+    if l.processes > 1 {
+        format!("{comm}, {} processes", l.processes)
+    } else {
+        format!("{comm} pid {}", l.pid)
+    }
+}
+
+/// A process row's name: its comm, with how many processes it stands for when several.
+fn process_name(p: &crate::model::schema::ProcessRow) -> String {
+    if p.processes > 1 {
+        format!("{} ({} processes)", escaped(&p.comm), p.processes)
+    } else {
+        escaped(&p.comm).into_owned()
+    }
+}
+
 fn ms(ns: u64) -> f64 {
     ns as f64 / 1e6
 }
@@ -396,11 +416,7 @@ const BLOCKER_FRAMES_SHOWN: usize = 12;
 fn waited_behind(out: &mut String, e: &Entry) {
     for b in e.blocked_by.iter().take(BLOCKERS_SHOWN) {
         let who = match &b.locker {
-            Some(l) => format!(
-                "outside locker {} pid {}",
-                escaped(l.comm.as_deref().unwrap_or("?")),
-                l.pid
-            ),
+            Some(l) => format!("outside locker {}", locker_name(l)),
             None if b.tids.is_empty() => "threads not recorded".to_string(),
             None => format!("tid {}", join(&b.tids)),
         };
@@ -494,8 +510,7 @@ fn tags(e: &Entry, name_process: bool) -> String {
         tags.push(format!("user stack: {}{estimated}", e.user_stack.name()));
     }
     if let Some(locker) = &e.locker {
-        let comm = escaped(locker.comm.as_deref().unwrap_or("?"));
-        tags.push(format!("outside locker: {comm} pid {}", locker.pid));
+        tags.push(format!("outside locker: {}", locker_name(locker)));
     } else if let Some(tid) = e.tid {
         tags.push(format!("tid {tid}"));
     }
