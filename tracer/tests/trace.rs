@@ -6,7 +6,7 @@ mod common;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{bpf_available, entries, json, serial, trace_workload, value_of, Tracer, Workload};
+use common::{bpf_available, entries, json, serial, trace_workload, u, value_of, Tracer, Workload};
 use serde_json::Value;
 
 fn symbols(entry: &Value) -> Vec<String> {
@@ -392,6 +392,25 @@ fn proc_maps_reader_is_an_outside_locker() {
         cats.iter().any(|e| e["cause"] == "proc_reader"),
         "no cat entry classified as a /proc reader"
     );
+    // The cats are one locker, the first of them, standing for every cat process that locked.
+    let rows: Vec<&Value> = report["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["comm"] == "cat")
+        .collect();
+    assert_eq!(rows.len(), 1, "one row for every cat: {rows:?}");
+    let (row, processes) = (rows[0], u(&rows[0]["processes"]));
+    assert!(processes >= 2 || reads < 2, "{reads} reads: {row}");
+    if processes > 1 {
+        let pids = row["pids"].as_array().unwrap();
+        assert_eq!(pids.len() as u64, processes, "{row}");
+        assert_eq!(pids[0], row["pid"], "the first pid names the row: {row}");
+    }
+    for e in &cats {
+        assert_eq!(e["locker"]["pid"], row["pid"], "{}", e["locker"]);
+        assert_eq!(u(&e["locker"]["processes"]), processes, "{}", e["locker"]);
+    }
     assert!(
         report["outside_totals"]["read"]["acquisitions"]
             .as_u64()

@@ -360,6 +360,12 @@ mod tests {
     }
 
     #[test]
+    fn outside_lockers_fold_by_name_unless_per_pid() {
+        assert!(!cli(&[]).report.per_pid);
+        assert!(cli(&["--per-pid"]).report.per_pid);
+    }
+
+    #[test]
     fn live_is_the_default_on_a_terminal_only() {
         let second = Duration::from_secs(1);
         assert_eq!(
