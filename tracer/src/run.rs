@@ -91,6 +91,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         collected_per_thread: settings.per_thread,
         report_per_thread: cli.collect.per_thread,
         per_pid: cli.report.per_pid,
+        debug_dirs: cli.report.debug_dir.clone(),
         forget_the_gone: matches!(view, View::Serve),
     });
     let mut trace_with = |sink: &mut dyn Sink, probes: &mut Probes| {

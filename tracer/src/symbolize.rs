@@ -10,6 +10,7 @@
 pub(crate) mod objects;
 
 use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use blazesym::symbolize::{
@@ -20,7 +21,7 @@ use blazesym::symbolize::{
 use crate::model::{Frame, Harvest, StackRef, Symbols};
 use crate::system::procfs::{Mapping, MappingHistory};
 
-use objects::{Object, ObjectFiles, DEBUG_DIRS};
+use objects::{debug_dirs, Object, ObjectFiles};
 
 /// How long one `add` may symbolize: stacks left when it is over keep module+offset frames
 /// (a report late by minutes, on a huge or hostile object, is worse than unnamed frames).
@@ -29,7 +30,7 @@ const SYMBOLIZE_BUDGET: Duration = Duration::from_secs(20);
 /// Symbolizes every stack the harvest refers to: entries, the holders they waited behind, the
 /// stacks holders slept in, timeline events.
 pub fn symbolize(harvest: &Harvest, mappings: &HashMap<u32, MappingHistory>) -> Symbols {
-    let mut symbolizer = StackSymbolizer::new();
+    let mut symbolizer = StackSymbolizer::new(&[]);
     symbolizer.add(harvest, mappings);
     symbolizer.into_symbols()
 }
@@ -47,19 +48,21 @@ pub struct StackSymbolizer {
 
 impl Default for StackSymbolizer {
     fn default() -> Self {
-        Self::new()
+        Self::new(&[])
     }
 }
 
 impl StackSymbolizer {
-    pub fn new() -> Self {
+    /// `given_debug_dirs`: where to look for debug files before /usr/lib/debug (`--debug-dir`).
+    pub fn new(given_debug_dirs: &[PathBuf]) -> Self {
+        let dirs = debug_dirs(given_debug_dirs);
         Self {
             symbolizer: Symbolizer::builder()
                 .enable_code_info(true)
                 .enable_inlined_fns(true)
-                .set_debug_dirs(Some(&DEBUG_DIRS))
+                .set_debug_dirs(Some(&dirs))
                 .build(),
-            objects: ObjectFiles::new(),
+            objects: ObjectFiles::new(dirs),
             symbols: Symbols::new(),
             partial: HashSet::new(),
         }
@@ -319,7 +322,7 @@ mod tests {
     #[test]
     fn a_return_address_outside_executable_code_ends_the_user_stack() {
         let symbolizer = Symbolizer::new();
-        let mut objects = ObjectFiles::new();
+        let mut objects = ObjectFiles::new(debug_dirs(&[]));
         let mut history = MappingHistory::default();
         history.add_all(vec![Mapping {
             start: 0x1000,
@@ -364,7 +367,7 @@ mod tests {
         let mut history = MappingHistory::default();
         history.add_all(vec![own_mapping(addr)]);
         let symbolizer = Symbolizer::new();
-        let mut objects = ObjectFiles::new();
+        let mut objects = ObjectFiles::new(debug_dirs(&[]));
         let deadline = Instant::now() + SYMBOLIZE_BUDGET;
         let frames = user_frames(
             &mut lookup(&symbolizer, &mut objects, deadline),
@@ -383,7 +386,7 @@ mod tests {
         let mut history = MappingHistory::default();
         history.add_all(vec![mapping.clone()]);
         let symbolizer = Symbolizer::new();
-        let mut objects = ObjectFiles::new();
+        let mut objects = ObjectFiles::new(debug_dirs(&[]));
         let frames = user_frames(
             &mut lookup(&symbolizer, &mut objects, Instant::now()),
             &[addr],

@@ -338,6 +338,61 @@ fn a_debug_link_to_a_fifo_beside_the_object_is_not_followed() {
     );
 }
 
+/// A stripped object (no symbol table) whose debug file lies in a directory given with
+/// `--debug-dir`, in the build-id layout: its frames are named from that file.
+#[test]
+fn a_stripped_object_is_named_from_a_debug_dir_by_its_build_id() {
+    if !bpf_available("a_stripped_object_is_named_from_a_debug_dir_by_its_build_id") {
+        return;
+    }
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let exe = workload_copy(dir.path(), "stripped-workload");
+    let run = |args: &[&str], file: &Path| {
+        let status = Command::new(args[0]).args(&args[1..]).arg(file).status();
+        assert!(status.expect("binutils").success(), "{args:?}");
+    };
+    let debug = dir.path().join("stripped-workload.debug");
+    run(
+        &["objcopy", "--only-keep-debug", &exe.display().to_string()],
+        &debug,
+    );
+    run(&["strip", "--strip-all"], &exe);
+    let sections = Command::new("readelf")
+        .arg("-S")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(
+        !String::from_utf8_lossy(&sections.stdout).contains(".symtab"),
+        "strip left a symbol table"
+    );
+    let notes = Command::new("readelf")
+        .arg("-n")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let notes = String::from_utf8_lossy(&notes.stdout);
+    let id = notes
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: "))
+        .expect("the workload has a build id")
+        .to_string();
+    let debug_dir = dir.path().join("debug");
+    let by_id = debug_dir.join(".build-id").join(&id[..2]);
+    fs::create_dir_all(&by_id).unwrap();
+    fs::rename(&debug, by_id.join(format!("{}.debug", &id[2..]))).unwrap();
+    let mut target = spawn_target(&exe, &["churn", "--threads", "1", "--seconds", "2"]);
+    let debug_arg = debug_dir.display().to_string();
+    let run = trace(dir.path(), &mut target, &["--debug-dir", &debug_arg]);
+    assert_full_text_report(&run, "stripped-workload");
+    assert!(
+        run.report.contains("churn_once"),
+        "the stripped workload's functions, from its debug file:\n{}",
+        run.report
+    );
+}
+
 /// With file capabilities (AT_SECURE), the environment belongs to the unprivileged caller:
 /// MMAPSEM_TRACEFS must not make the tool read another tree.
 #[test]

@@ -360,6 +360,23 @@ mod tests {
     }
 
     #[test]
+    fn debug_dirs_must_be_directories() {
+        let dir = std::env::temp_dir();
+        let given = cli(&["--debug-dir", dir.to_str().unwrap(), "--debug-dir", "/"]);
+        assert_eq!(given.report.debug_dir, [dir, std::path::PathBuf::from("/")]);
+        let parse = |arg: &str| {
+            Cli::try_parse_from(["mmapsem-trace", "-p", "1", "--debug-dir", arg])
+                .map(|_| ())
+                .map_err(|e| one_line(&e))
+        };
+        let missing = parse("/no/such/dir").unwrap_err();
+        assert!(missing.contains("No such file"), "{missing}");
+        assert!(parse("/etc/hostname")
+            .unwrap_err()
+            .contains("not a directory"));
+    }
+
+    #[test]
     fn outside_lockers_fold_by_name_unless_per_pid() {
         assert!(!cli(&[]).report.per_pid);
         assert!(cli(&["--per-pid"]).report.per_pid);

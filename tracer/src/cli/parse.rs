@@ -77,3 +77,13 @@ pub fn parse_duration_ns(text: &str) -> Result<u64> {
     };
     Ok((value * scale).round() as u64)
 }
+
+/// A directory that exists (a typo would otherwise only show as frames left unnamed).
+pub(super) fn parse_directory(text: &str) -> Result<std::path::PathBuf, String> {
+    let path = std::path::PathBuf::from(text);
+    match std::fs::metadata(&path) {
+        Ok(meta) if meta.is_dir() => Ok(path),
+        Ok(_) => Err("not a directory".to_owned()),
+        Err(err) => Err(format!("{err}")),
+    }
+}

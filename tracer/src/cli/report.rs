@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
 
-use super::parse::{parse_duration_ns, parse_interval};
+use super::parse::{parse_directory, parse_duration_ns, parse_interval};
 use super::{Cli, DEFAULT_INTERVAL};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -84,6 +84,13 @@ pub struct ReportArgs {
     /// count).
     #[arg(long)]
     pub per_pid: bool,
+
+    /// Also look for the debug files of stripped objects in DIR, before /usr/lib/debug
+    /// (repeatable): by build id (`DIR/.build-id/xx/rest.debug`), else by the object's debug
+    /// link name (`DIR/NAME`, `DIR/<object's directory>/NAME`). Frames still unnamed stay
+    /// `object+0xOFFSET`.
+    #[arg(long, value_name = "DIR", value_parser = parse_directory)]
+    pub debug_dir: Vec<PathBuf>,
 
     /// Call-stack blocks shown in the text report.
     #[arg(short = 'n', long, default_value_t = 10, value_name = "N")]

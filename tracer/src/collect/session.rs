@@ -39,6 +39,8 @@ pub struct SessionSettings {
     pub report_per_thread: bool,
     /// Keep each outside locker's process apart in every report (--per-pid).
     pub per_pid: bool,
+    /// Where to look for debug files before /usr/lib/debug (--debug-dir).
+    pub debug_dirs: Vec<std::path::PathBuf>,
     /// Let go of processes and threads once they are gone and shown (a daemon, whose memory
     /// and maps must follow the processes alive, not all those it ever saw).
     pub forget_the_gone: bool,
@@ -81,7 +83,7 @@ pub struct Session {
 impl Session {
     pub fn new(settings: SessionSettings) -> Self {
         Self {
-            windows: Windows::new(settings.per_pid),
+            windows: Windows::new(settings.per_pid, &settings.debug_dirs),
             settings,
             watch: Watch::default(),
             gone_processes: GoneTwice::default(),
@@ -640,6 +642,7 @@ mod tests {
             collected_per_thread: false,
             report_per_thread: false,
             per_pid: false,
+            debug_dirs: Vec::new(),
             forget_the_gone,
         })
     }

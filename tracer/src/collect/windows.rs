@@ -4,6 +4,7 @@
 //! function, `report_between`. New stacks are symbolized as snapshots bring them.
 
 use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::model::{build_report, delta, Harvest, LiveSnapshot, Report, Symbols, TraceMeta};
@@ -79,10 +80,11 @@ pub struct Windows {
 }
 
 impl Windows {
-    pub fn new(per_pid: bool) -> Self {
+    /// `debug_dirs`: where to look for debug files before /usr/lib/debug (`--debug-dir`).
+    pub fn new(per_pid: bool, debug_dirs: &[PathBuf]) -> Self {
         Self {
             per_pid,
-            symbolizer: StackSymbolizer::new(),
+            symbolizer: StackSymbolizer::new(debug_dirs),
             since: Mark::default(),
             previous: Mark::default(),
             was_reset: false,

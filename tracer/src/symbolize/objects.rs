@@ -22,6 +22,16 @@ use crate::text::escaped_path;
 /// target controls the directory of its objects and what their debug links name.
 pub const DEBUG_DIRS: [&str; 2] = ["/usr/lib/debug", "/lib/debug"];
 
+/// The directories debug files are looked for in: those given (`--debug-dir`, first), then
+/// DEBUG_DIRS.
+pub fn debug_dirs(given: &[PathBuf]) -> Vec<PathBuf> {
+    given
+        .iter()
+        .cloned()
+        .chain(DEBUG_DIRS.iter().map(PathBuf::from))
+        .collect()
+}
+
 /// Sections naming other files that blazesym would open when reading an object's DWARF (next
 /// to the object, or at the path they give): such objects are read for their symbol tables
 /// only, and their debug file is looked for here instead.
@@ -81,15 +91,20 @@ impl Segments {
 /// Objects opened so far, by the mapping that named them and by (device, inode).
 #[derive(Default)]
 pub struct ObjectFiles {
+    /// Where debug files are looked for (`debug_dirs`).
+    debug_dirs: Vec<PathBuf>,
     by_id: HashMap<(u64, u64), Rc<Object>>,
     /// (pid, start, device, inode) of a mapping -> its object, None if refused.
     by_mapping: HashMap<(u32, u64, u64, u64), Option<Rc<Object>>>,
 }
 
 impl ObjectFiles {
-    pub fn new() -> Self {
+    pub fn new(debug_dirs: Vec<PathBuf>) -> Self {
         raise_fd_limit();
-        Self::default()
+        Self {
+            debug_dirs,
+            ..Self::default()
+        }
     }
 
     /// The object `mapping` of process `pid` maps, or None if it cannot be opened safely (then
@@ -119,14 +134,14 @@ impl ObjectFiles {
         if let Some(known) = self.by_id.get(&id) {
             return Some(Rc::clone(known));
         }
-        let object = Rc::new(inspect(file, &mapping.path)?);
+        let object = Rc::new(inspect(file, &mapping.path, &self.debug_dirs)?);
         self.by_id.insert(id, Rc::clone(&object));
         Some(object)
     }
 }
 
 /// Reads what symbolization needs to know of an object before blazesym sees it.
-fn inspect(file: File, recorded_path: &Path) -> Option<Object> {
+fn inspect(file: File, recorded_path: &Path, debug_dirs: &[PathBuf]) -> Option<Object> {
     // SAFETY: read-only, dropped before returning; a target truncating the file meanwhile
     // could fault the read (SIGBUS), as for any tool that maps objects.
     let data = unsafe { memmap2::Mmap::map(&file) }.ok()?;
@@ -134,12 +149,16 @@ fn inspect(file: File, recorded_path: &Path) -> Option<Object> {
     let own_dwarf = LINK_SECTIONS
         .iter()
         .all(|name| elf.section_by_name(name).is_none());
-    let debug = match elf.gnu_debuglink() {
-        Ok(Some((name, crc))) => {
-            let build_id = elf.build_id().ok().flatten();
-            find_debug_file(OsStr::from_bytes(name), crc, build_id, recorded_path)
-        }
-        _ => None,
+    let build_id = elf.build_id().ok().flatten();
+    // An object without a debug link may still have its debug file by build id.
+    let (name, crc) = match elf.gnu_debuglink() {
+        Ok(Some((name, crc))) => (OsStr::from_bytes(name), crc),
+        _ => (OsStr::new(""), 0),
+    };
+    let debug = if build_id.is_some() || !name.is_empty() {
+        find_debug_file(debug_dirs, name, crc, build_id, recorded_path)
+    } else {
+        None
     };
     let segments = Segments::of(&elf);
     Some(Object {
@@ -156,14 +175,15 @@ fn fd_path(file: &File) -> PathBuf {
 }
 
 /// The installed debug file of an object whose debug link names `name` (checksum `crc`):
-/// by build id, else by name, only inside `DEBUG_DIRS`.
+/// by build id, else by name, only inside `debug_dirs`.
 fn find_debug_file(
+    debug_dirs: &[PathBuf],
     name: &OsStr,
     crc: u32,
     build_id: Option<&[u8]>,
     recorded_path: &Path,
 ) -> Option<DebugFile> {
-    for (path, check) in debug_candidates(name, build_id, recorded_path) {
+    for (path, check) in debug_candidates(debug_dirs, name, build_id, recorded_path) {
         let Ok(file) = procfs::open_regular(&path) else {
             continue;
         };
@@ -197,6 +217,7 @@ enum Check {
 /// in the debug directory and under the object's directory there. A name that is not a plain
 /// file name (a path, `..`) is not followed.
 fn debug_candidates(
+    debug_dirs: &[PathBuf],
     name: &OsStr,
     build_id: Option<&[u8]>,
     recorded_path: &Path,
@@ -213,8 +234,7 @@ fn debug_candidates(
                 .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
         })
         .and_then(|dir| dir.strip_prefix("/").ok());
-    for dir in DEBUG_DIRS {
-        let dir = Path::new(dir);
+    for dir in debug_dirs {
         if let Some((first, rest)) = build_id
             .filter(|id| id.len() >= 2)
             .and_then(|id| id.split_first())
@@ -276,13 +296,18 @@ mod tests {
     #[test]
     fn debug_files_are_looked_for_in_the_debug_directories() {
         let found = debug_candidates(
+            &debug_dirs(&[PathBuf::from("/srv/debug")]),
             OsStr::new("libc.so.6.debug"),
             Some(&[0x93, 0xac, 0x61]),
             Path::new("/usr/lib/x86_64-linux-gnu/libc.so.6"),
         );
+        // A directory given with --debug-dir comes first.
         assert_eq!(
-            paths(&found[..3]),
+            paths(&found[..6]),
             [
+                "/srv/debug/.build-id/93/ac61.debug",
+                "/srv/debug/libc.so.6.debug",
+                "/srv/debug/usr/lib/x86_64-linux-gnu/libc.so.6.debug",
                 "/usr/lib/debug/.build-id/93/ac61.debug",
                 "/usr/lib/debug/libc.so.6.debug",
                 "/usr/lib/debug/usr/lib/x86_64-linux-gnu/libc.so.6.debug",
@@ -290,7 +315,21 @@ mod tests {
         );
         assert_eq!(found[0].1, Check::BuildId);
         assert_eq!(found[1].1, Check::Crc);
-        assert_eq!(found.len(), 6);
+        assert_eq!(found.len(), 9);
+        // No debug link: by build id alone.
+        let by_id = debug_candidates(
+            &debug_dirs(&[]),
+            OsStr::new(""),
+            Some(&[0x93, 0xac, 0x61]),
+            Path::new("/usr/sbin/clamd"),
+        );
+        assert_eq!(
+            paths(&by_id),
+            [
+                "/usr/lib/debug/.build-id/93/ac61.debug",
+                "/lib/debug/.build-id/93/ac61.debug",
+            ]
+        );
     }
 
     #[test]
@@ -302,10 +341,20 @@ mod tests {
             "a/b",
             "/dev/tty",
         ] {
-            let found = debug_candidates(OsStr::new(hostile), None, Path::new("/tmp/x/lib.so"));
+            let found = debug_candidates(
+                &debug_dirs(&[]),
+                OsStr::new(hostile),
+                None,
+                Path::new("/tmp/x/lib.so"),
+            );
             assert!(found.is_empty(), "{hostile}: {:?}", paths(&found));
         }
-        let found = debug_candidates(OsStr::new("ok.debug"), None, Path::new("/tmp/x/lib.so"));
+        let found = debug_candidates(
+            &debug_dirs(&[]),
+            OsStr::new("ok.debug"),
+            None,
+            Path::new("/tmp/x/lib.so"),
+        );
         for path in paths(&found) {
             assert!(DEBUG_DIRS.iter().any(|d| path.starts_with(d)), "{path}");
         }
