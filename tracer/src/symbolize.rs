@@ -11,6 +11,7 @@ pub(crate) mod objects;
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use blazesym::symbolize::{
@@ -19,6 +20,7 @@ use blazesym::symbolize::{
 };
 
 use crate::model::{Frame, Harvest, StackRef, Symbols};
+use crate::system::perf_map::{self, PerfMap};
 use crate::system::procfs::{Mapping, MappingHistory};
 
 use objects::{debug_dirs, Object, ObjectFiles};
@@ -41,6 +43,8 @@ pub fn symbolize(harvest: &Harvest, mappings: &HashMap<u32, MappingHistory>) -> 
 pub struct StackSymbolizer {
     symbolizer: Symbolizer,
     objects: ObjectFiles,
+    /// Each process's JIT code names (`/tmp/perf-PID.map`) as last read.
+    perf_maps: HashMap<u32, (perf_map::Stamp, Rc<PerfMap>)>,
     symbols: Symbols,
     /// Stacks cut short by the deadline: a later `add` retries them.
     partial: HashSet<StackRef>,
@@ -63,6 +67,7 @@ impl StackSymbolizer {
                 .set_debug_dirs(Some(&dirs))
                 .build(),
             objects: ObjectFiles::new(dirs),
+            perf_maps: HashMap::new(),
             symbols: Symbols::new(),
             partial: HashSet::new(),
         }
@@ -103,13 +108,14 @@ impl StackSymbolizer {
                 StackRef::Kernel(_) => unnamed_kernel_frames(addrs),
                 StackRef::User { pid, .. } => {
                     let history = mappings.get(&pid).unwrap_or(&empty);
+                    let jit = self.perf_map(pid, history.owner_uid);
                     let mut objects = ObjectLookup {
                         symbolizer: &self.symbolizer,
                         objects: &mut self.objects,
                         pid,
                         deadline,
                     };
-                    user_frames(&mut objects, addrs, history)
+                    user_frames(&mut objects, addrs, history, jit.as_deref())
                 }
             };
             if Instant::now() < deadline {
@@ -126,6 +132,25 @@ impl StackSymbolizer {
                 SYMBOLIZE_BUDGET.as_secs()
             );
         }
+    }
+
+    /// Process `pid`'s JIT code names, read again when its map changed; None without a map
+    /// its user (`owner`) may have written.
+    fn perf_map(&mut self, pid: u32, owner: Option<u32>) -> Option<Rc<PerfMap>> {
+        let owner = owner?;
+        let stamp = perf_map::stamp(pid, owner)?;
+        if let Some((known, map)) = self.perf_maps.get(&pid) {
+            if *known == stamp {
+                return Some(Rc::clone(map));
+            }
+        }
+        let map = Rc::new(perf_map::read(pid, owner)?);
+        log::debug!(
+            "JIT code names of pid {pid} from {}",
+            perf_map::path_of(pid).display()
+        );
+        self.perf_maps.insert(pid, (stamp, Rc::clone(&map)));
+        Some(map)
     }
 
     /// Forgets user stacks with frames outside every known mapping, so that a later `add`
@@ -234,10 +259,31 @@ impl ObjectLookup<'_> {
     }
 }
 
-fn user_frames(objects: &mut ObjectLookup, addrs: &[u64], history: &MappingHistory) -> Vec<Frame> {
+/// `jit`: the process's perf map, naming code outside its mapped files (JIT-compiled).
+fn user_frames(
+    objects: &mut ObjectLookup,
+    addrs: &[u64],
+    history: &MappingHistory,
+    jit: Option<&PerfMap>,
+) -> Vec<Frame> {
     let mut frames = Vec::new();
     for (i, &addr) in addrs.iter().enumerate() {
         let lookup = lookup_addr(i, addr);
+        let named_jit = history
+            .find(lookup)
+            .is_none()
+            .then(|| jit?.lookup(lookup))
+            .flatten();
+        if let Some((name, offset)) = named_jit {
+            frames.push(Frame {
+                module: perf_map::path_of(objects.pid).display().to_string(),
+                symbol: Some(name.to_string()),
+                offset: Some(offset),
+                addr,
+                ..Frame::default()
+            });
+            continue;
+        }
         let Some(mapping) = history.find(lookup) else {
             frames.push(Frame {
                 module: UNKNOWN_MODULE.into(),
@@ -338,6 +384,7 @@ mod tests {
             &mut lookup(&symbolizer, &mut objects, Instant::now() + SYMBOLIZE_BUDGET),
             &[0x1100, 0x1201, 0x7ffd_0000_0980, 0x1300],
             &history,
+            None,
         );
         let modules: Vec<&str> = frames.iter().map(|f| f.module.as_str()).collect();
         assert_eq!(
@@ -345,6 +392,44 @@ mod tests {
             ["/nonexistent/app", "/nonexistent/app", UNKNOWN_MODULE]
         );
         assert_eq!(frames[2].addr, 0x7ffd_0000_0980);
+    }
+
+    #[test]
+    fn code_outside_every_mapped_file_is_named_by_the_perf_map_and_the_walk_goes_on() {
+        let symbolizer = Symbolizer::new();
+        let mut objects = ObjectFiles::new(debug_dirs(&[]));
+        let mut history = MappingHistory::default();
+        history.add_all(vec![Mapping {
+            start: 0x1000,
+            end: 0x2000,
+            file_offset: 0,
+            path: "/nonexistent/app".into(),
+            dev: 0,
+            inode: 0,
+        }]);
+        let jit = perf_map::parse("7ffd00000900 100 jitted_method\n");
+        let frames = user_frames(
+            &mut lookup(&symbolizer, &mut objects, Instant::now() + SYMBOLIZE_BUDGET),
+            &[0x1100, 0x7ffd_0000_0981, 0x1300, 0x9999_0000],
+            &history,
+            Some(&jit),
+        );
+        let named: Vec<(&str, Option<&str>)> = frames
+            .iter()
+            .map(|f| (f.module.as_str(), f.symbol.as_deref()))
+            .collect();
+        let map = perf_map::path_of(std::process::id()).display().to_string();
+        assert_eq!(
+            named,
+            [
+                ("/nonexistent/app", None),
+                (map.as_str(), Some("jitted_method")),
+                ("/nonexistent/app", None),
+                (UNKNOWN_MODULE, None),
+            ]
+        );
+        // A return address: the call instruction before it is what is looked up.
+        assert_eq!(frames[1].offset, Some(0x80));
     }
 
     /// The executable mapping of this test binary that holds `f`'s code.
@@ -373,6 +458,7 @@ mod tests {
             &mut lookup(&symbolizer, &mut objects, deadline),
             &[addr],
             &history,
+            None,
         );
         let symbol = frames[0].symbol.as_deref().unwrap_or_default();
         assert!(symbol.contains("a_function_to_find"), "{frames:?}");
@@ -391,6 +477,7 @@ mod tests {
             &mut lookup(&symbolizer, &mut objects, Instant::now()),
             &[addr],
             &history,
+            None,
         );
         assert_eq!(frames[0].symbol, None);
         assert_eq!(

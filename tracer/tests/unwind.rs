@@ -231,3 +231,73 @@ fn unwinding_opens_objects_without_taking_the_targets_lock() {
         where_.join("\n")
     );
 }
+
+/// Code in anonymous executable memory (a JIT's) is named from the process's perf map, and the
+/// frame-pointer walk goes on through it to the code that called it.
+#[test]
+fn jit_code_is_named_from_the_perf_map() {
+    if !bpf_available("jit_code_is_named_from_the_perf_map") {
+        return;
+    }
+    let _serial = common::serial();
+    // Frame pointers kept: the walk passes the copied stub by its frame.
+    let source = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/nofp/jit.c");
+    let binary = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fp-jit");
+    common::compile_c(&source, &["-O1", "-fno-omit-frame-pointer"], &binary);
+    let mut jit = Command::new(&binary);
+    jit.arg("2000");
+    let workload = Workload::spawn_command(jit);
+    let pid = workload.pid;
+    let args: Vec<String> = [
+        "-p",
+        &pid.to_string(),
+        "--format",
+        "json",
+        "--user-stack",
+        "fp",
+        "--stack-threshold",
+        "0",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut tracer = Tracer::spawn(&args);
+    tracer.wait_attached();
+    workload.start();
+    let out = workload.finish();
+    assert!(out.contains("rounds=2000"), "{out}");
+    let result = tracer.finish();
+    assert!(result.status.success(), "{}", result.stderr);
+    let map = format!("/tmp/perf-{pid}.map");
+    let _ = std::fs::remove_file(&map);
+    let report: Value = serde_json::from_str(&result.stdout).expect("JSON report");
+    let through_jit: Vec<&Value> = report["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| {
+            e["frames"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f["module"] == map.as_str() && f["symbol"] == "jit_stub_for_test")
+        })
+        .collect();
+    assert!(
+        !through_jit.is_empty(),
+        "no stack through the JIT stub named from {map}: {:#}",
+        report["entries"]
+    );
+    // Past the stub, its caller: the walk did not stop at code outside every mapped file.
+    let frames = through_jit[0]["frames"].as_array().unwrap();
+    let at = frames
+        .iter()
+        .position(|f| f["symbol"] == "jit_stub_for_test")
+        .unwrap();
+    assert!(
+        frames[at + 1..]
+            .iter()
+            .any(|f| f["symbol"] == "main" && !f["kernel"].as_bool().unwrap()),
+        "{frames:#?}"
+    );
+}

@@ -246,7 +246,9 @@ fn take_mappings(
         .into_iter()
         .map(|mut look| {
             if let Some(found) = look.mappings.take() {
-                mappings.entry(look.pid).or_default().add_all(found);
+                let history = mappings.entry(look.pid).or_default();
+                history.add_all(found);
+                history.owner_uid = look.uid.or(history.owner_uid);
             }
             look
         })

@@ -17,6 +17,8 @@ pub struct ProcessLook {
     pub mappings: Option<Vec<Mapping>>,
     pub thread_names: Vec<(u32, String)>,
     pub comm: Option<String>,
+    /// The user it runs as.
+    pub uid: Option<u32>,
 }
 
 enum Reply {
@@ -127,6 +129,7 @@ fn serve(inbox: &Receiver<Vec<u32>>, outbox: &Sender<Reply>) {
 /// behind its writers, by which time a short-lived process has ended, unnamed.
 fn look_at(pid: u32) -> ProcessLook {
     let comm = procfs::comm(pid);
+    let uid = procfs::owner_uid(pid);
     let thread_names = procfs::thread_names(pid);
     let mappings = procfs::exec_mappings(pid);
     if let Some(mappings) = &mappings {
@@ -137,6 +140,7 @@ fn look_at(pid: u32) -> ProcessLook {
         mappings,
         thread_names,
         comm,
+        uid,
     }
 }
 

@@ -8,6 +8,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context as _, Result};
 
+/// The user a process runs as (the owner of its /proc directory: its effective uid).
+pub fn owner_uid(pid: u32) -> Option<u32> {
+    std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(format!("/proc/{pid}")).ok()?).into()
+}
+
 pub fn comm(pid: u32) -> Option<String> {
     std::fs::read_to_string(format!("/proc/{pid}/comm"))
         .ok()
@@ -428,6 +433,8 @@ fn read_in_few_calls(mut file: impl std::io::Read) -> std::io::Result<Vec<u8>> {
 #[derive(Clone, Debug, Default)]
 pub struct MappingHistory {
     by_start: BTreeMap<u64, Mapping>,
+    /// The user the process ran as when its mappings were read (whose files it may write).
+    pub owner_uid: Option<u32>,
 }
 
 impl MappingHistory {
