@@ -295,6 +295,17 @@ struct Sample {
     /// programs' time, what waiters paid for the part inside the lock, and the tracer
     /// process's CPU, over what the traced threads could have run.
     reported_cost: Option<f64>,
+    /// mmapsem-trace's start to its `attached` line (load, verify, attach), in milliseconds.
+    attach_ms: Option<f64>,
+    /// The most instructions the verifier processed for one of its programs (`-v`).
+    verified_insns: Option<u64>,
+}
+
+/// What starting a tool took: until it said it was attached, and its programs' verification.
+#[derive(Debug, Default)]
+struct Attach {
+    ms: Option<f64>,
+    verified_insns: Option<u64>,
 }
 
 pub fn run(options: &Options) -> Result<()> {
@@ -346,7 +357,7 @@ fn run_once(scenario: &Scenario, tool: Tool, seconds: u32) -> Result<Sample> {
     let args: Vec<&str> = scenario.args.iter().map(String::as_str).collect();
     let (mut workload, stdout, pid) = spawn_held_workload(&args)?;
     let report = std::env::temp_dir().join(format!("mmapsem-bench-{pid}.json"));
-    let mut tracer = start_tool(tool, pid, &report)?;
+    let (mut tracer, attach) = start_tool(tool, pid, &report)?;
     let tracer_pid = tracer.as_ref().map(|t| t.child.id());
     let poller = tracer_pid.map(ProcPoller::start);
 
@@ -377,6 +388,8 @@ fn run_once(scenario: &Scenario, tool: Tool, seconds: u32) -> Result<Sample> {
                 scenario.work_key
             )
         })?,
+        attach_ms: attach.ms,
+        verified_insns: attach.verified_insns,
         ..Sample::default()
     };
     if let Some(reader) = stats_reader {
@@ -415,8 +428,9 @@ fn run_once(scenario: &Scenario, tool: Tool, seconds: u32) -> Result<Sample> {
     Ok(sample)
 }
 
-/// Starts `tool` on `pid` and waits until it is attached; None for the untraced run.
-fn start_tool(tool: Tool, pid: u32, report: &Path) -> Result<Option<Guarded>> {
+/// Starts `tool` on `pid` and waits until it is attached; None for the untraced run. With
+/// mmapsem-trace, what attaching took.
+fn start_tool(tool: Tool, pid: u32, report: &Path) -> Result<(Option<Guarded>, Attach)> {
     let pid = pid.to_string();
     let report = report.display().to_string();
     let mmapsem = |extra: &[&str]| {
@@ -424,7 +438,7 @@ fn start_tool(tool: Tool, pid: u32, report: &Path) -> Result<Option<Guarded>> {
         start_mmapsem(&[&["-p", &pid], &report_args[..], extra].concat())
     };
     let tracer = match tool {
-        Tool::Untraced => return Ok(None),
+        Tool::Untraced => return Ok((None, Attach::default())),
         Tool::FloorBtf => start_mmapsem(&["-p", &pid, "--bench-floor", "btf"])?,
         Tool::FloorClassic => start_mmapsem(&["-p", &pid, "--bench-floor", "classic"])?,
         Tool::Mmapsem => mmapsem(&[])?,
@@ -441,18 +455,27 @@ fn start_tool(tool: Tool, pid: u32, report: &Path) -> Result<Option<Guarded>> {
         ])?,
         Tool::Serve => start_mmapsem(&["serve", "--listen", SERVE_ADDRESS])?,
         Tool::ServeStacks => start_mmapsem(&["serve", "--listen", SERVE_ADDRESS, "--stacks"])?,
-        Tool::PerfLock => start_perf_lock(&pid, &report)?,
-        Tool::Bpftrace => start_bpftrace(&pid)?,
+        Tool::PerfLock => (start_perf_lock(&pid, &report)?, Attach::default()),
+        Tool::Bpftrace => (start_bpftrace(&pid)?, Attach::default()),
     };
-    Ok(Some(tracer))
+    Ok((Some(tracer.0), tracer.1))
 }
 
-fn start_mmapsem(args: &[&str]) -> Result<Guarded> {
-    let cmd = Cmd::new(&binary("mmapsem-trace")).args(args);
+/// Starts mmapsem-trace with `-v` (its verifier counts) and waits for `attached`.
+fn start_mmapsem(args: &[&str]) -> Result<(Guarded, Attach)> {
+    let cmd = Cmd::new(&binary("mmapsem-trace")).args(args).arg("-v");
+    let started = Instant::now();
     let mut tracer = Guarded::new("mmapsem-trace", cmd.spawn(Stdio::null(), Stdio::piped())?);
     let stderr = tracer.child.stderr.take().context("tracer stderr")?;
-    wait_for_line(stderr, "attached", &mut tracer)?;
-    Ok(tracer)
+    let before = wait_for_line_keeping(stderr, "attached", &mut tracer)?;
+    let attach = Attach {
+        ms: Some(started.elapsed().as_secs_f64() * 1e3),
+        verified_insns: before
+            .iter()
+            .filter_map(|line| parse::verified_instructions(line))
+            .max(),
+    };
+    Ok((tracer, attach))
 }
 
 /// perf prints nothing once it records: its events are opened when its file has its header.
@@ -489,18 +512,31 @@ pub fn wait_for_line(
     needle: &'static str,
     child: &mut Guarded,
 ) -> Result<()> {
+    wait_for_line_keeping(output, needle, child).map(|_| ())
+}
+
+/// `wait_for_line`, returning the lines printed before the one with `needle`.
+fn wait_for_line_keeping(
+    output: impl std::io::Read + Send + 'static,
+    needle: &'static str,
+    child: &mut Guarded,
+) -> Result<Vec<String>> {
     let (seen, wait) = std::sync::mpsc::channel();
     thread::spawn(move || {
-        let mut told = false;
+        let mut before = Some(Vec::new());
         for line in lines(BufReader::new(output)) {
-            if !told && line.contains(needle) {
-                told = true;
-                let _ = seen.send(());
+            match before.as_mut() {
+                Some(kept) if line.contains(needle) => {
+                    let _ = seen.send(std::mem::take(kept));
+                    before = None;
+                }
+                Some(kept) => kept.push(line),
+                None => {}
             }
         }
     });
     match wait.recv_timeout(ATTACH_TIMEOUT) {
-        Ok(()) => Ok(()),
+        Ok(before) => Ok(before),
         Err(_) => {
             let status = child.wait_for(Duration::from_secs(1));
             bail!("{} did not print `{needle}` ({status:?})", child.name)
@@ -750,7 +786,9 @@ fn render_results(
          the machine's mmap_lock events); untraced's `~` is the tp_btf floor's events per \
          unit of work times untraced throughput; `reported cost` is what the tracer's JSON \
          report says it took (`self_cost.own_cost_share`, median), to set beside the \
-         measured slowdown (1 - vs untraced).\n\n",
+         measured slowdown (1 - vs untraced); `attach` is mmapsem-trace's start to its \
+         `attached` line (median), `verified` the most instructions the verifier processed \
+         for one of its programs (`-v`).\n\n",
         machine.date,
         machine.kernel,
         machine.cpus,
@@ -763,8 +801,9 @@ fn render_results(
     );
     out.push_str(
         "| workload | tracer | median throughput (/s) | vs untraced | vs floor (tp_btf) | \
-         reported cost | events/s | tracer CPU (% of a core) | tracer peak RSS (MiB) | lost |\n\
-         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+         reported cost | events/s | tracer CPU (% of a core) | tracer peak RSS (MiB) | \
+         attach (ms) | verified | lost |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for (index, scenario) in scenarios.iter().enumerate() {
         for tool in Tool::ALL {
@@ -814,7 +853,7 @@ fn tool_row(workload: &str, index: usize, tool: Tool, samples: &Samples) -> Opti
         _ => None,
     };
     Some(format!(
-        "| {workload} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} |\n",
+        "| {workload} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
         tool.name(),
         median_throughput(samples, index, tool).unwrap_or(f64::NAN),
         ratio(Tool::Untraced),
@@ -827,6 +866,13 @@ fn tool_row(workload: &str, index: usize, tool: Tool, samples: &Samples) -> Opti
                 .filter_map(|s| s.daemon_peak_rss_kib)
                 .max()
                 .map(|k| format!("{:.1}", k as f64 / 1024.0))
+        ),
+        cell(median_of(runs, |s| s.attach_ms).map(|ms| format!("{ms:.0}"))),
+        cell(
+            runs.iter()
+                .filter_map(|s| s.verified_insns)
+                .max()
+                .map(|n| n.to_string())
         ),
         cell(lost),
     ))
@@ -962,6 +1008,8 @@ mod tests {
         samples.insert((0, Tool::FloorBtf), vec![run(95.0, 570)]);
         let traced = Sample {
             reported_cost: Some(0.125),
+            attach_ms: Some(412.4),
+            verified_insns: Some(33650),
             ..run(80.0, 480)
         };
         samples.insert((0, Tool::Mmapsem), vec![traced]);
@@ -1025,9 +1073,9 @@ mod tests {
         assert_eq!(
             rows,
             [
-                "| small-files | untraced | 100 | 1.00x | 1.05x | - | ~600 | - | - | - |",
-                "| small-files | floor (tp_btf) | 95 | 0.95x | 1.00x | - | 570 | - | - | - |",
-                "| small-files | mmapsem-trace | 80 | 0.80x | 0.84x | 12.5% | 480 | - | - | 0 |",
+                "| small-files | untraced | 100 | 1.00x | 1.05x | - | ~600 | - | - | - | - | - |",
+                "| small-files | floor (tp_btf) | 95 | 0.95x | 1.00x | - | 570 | - | - | - | - | - |",
+                "| small-files | mmapsem-trace | 80 | 0.80x | 0.84x | 12.5% | 480 | - | - | 412 | 33650 | 0 |",
                 "| small-files | floor (tp_btf) | floor_btf_start_locking | 570 | 50 |",
                 "| small-files | mmapsem-trace | floor_btf_start_locking | 480 | 50 |",
             ]

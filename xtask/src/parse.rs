@@ -120,6 +120,13 @@ pub fn ready_pid(line: &str) -> Option<u32> {
     line.trim().strip_prefix("ready pid=")?.trim().parse().ok()
 }
 
+/// The instructions the verifier processed for one program, from mmapsem-trace's `-v` line
+/// `NAME: the verifier processed N instructions (budget B), loaded in T ms`.
+pub fn verified_instructions(line: &str) -> Option<u64> {
+    let rest = line.split("the verifier processed ").nth(1)?;
+    rest.split_whitespace().next()?.parse().ok()
+}
+
 /// Units of work per second from a workload's summary line
 /// (`files_read=123 bytes=... elapsed_ns=3000000000 ...`), found by its first key.
 pub fn work_rate(output: &[String], work_key: &str) -> Option<f64> {
@@ -274,6 +281,15 @@ fn leading_number(text: &str) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn verifier_counts_are_read_from_the_tracers_info_lines() {
+        let line = "[INFO  tracer::probes] btf_acquire_returned: the verifier processed 33650 \
+                    instructions (budget 150000), loaded in 55 ms";
+        assert_eq!(verified_instructions(line), Some(33650));
+        assert_eq!(verified_instructions("mmapsem-trace: attached"), None);
+        assert_eq!(verified_instructions("the verifier processed many"), None);
+    }
 
     #[test]
     fn nightly_toolchain_is_found_in_rustup_list() {
