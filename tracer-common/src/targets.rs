@@ -19,6 +19,11 @@ pub struct FastTargets {
 /// a user page fault outside them.
 pub const FAST_CAUSES: u32 = 1 + crate::MM_SYSCALLS.len() as u32 + 1;
 
+/// The lean path (`--lean`, `serve`, `-a --lean`) reads the cause of a wait or hold at least
+/// this long from the saved registers (its syscall, or a fault) when it ends; a shorter one,
+/// most of them, is added without (the read costs more than the rest of its path).
+pub const LEAN_CAUSE_THRESHOLD_NS: u64 = 10_000;
+
 /// Entries of the LEAN_AGG per-CPU array: one per (target slot, kind, mode, cause).
 pub const LEAN_AGG_SLOTS: u32 = FAST_TARGETS as u32 * 4 * FAST_CAUSES;
 

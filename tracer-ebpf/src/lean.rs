@@ -5,6 +5,10 @@
 //! histogram, which also stands for the targets' own totals of acquisitions, waits and holds.
 //! Nothing is inserted per event.
 //!
+//! A wait or hold of LEAN_CAUSE_THRESHOLD_NS or more is added by cause: its step leaves it in
+//! `LEAN_ENDED` and asks the program (`WANTS_CAUSE`), which reads the saved registers (the
+//! program knows how: BTF or classic) and hands the cause to `lean_add_ended`.
+//!
 //! The defaults add their short operations to the same array, by cause as well (`add_short`):
 //! a wait or hold of a listed target's own thread with no stacks, no thread id and nobody to
 //! charge it to, which is most of them on a busy lock, costs an array add instead of a hash
@@ -17,8 +21,8 @@ use aya_ebpf::{
 };
 use tracer_common::{
     fast_cause, lean_agg_index, lean_thread_index, AggKey, AggValue, Counter, LeanThread,
-    LockTiming, OffCpu, StateKey, KIND_HOLD, KIND_WAIT, LEAN_AGG_SLOTS, LEAN_THREAD_SLOTS,
-    MODE_WRITE, NO_STACK,
+    LockTiming, OffCpu, StateKey, KIND_HOLD, KIND_WAIT, LEAN_AGG_SLOTS, LEAN_CAUSE_THRESHOLD_NS,
+    LEAN_THREAD_SLOTS, MODE_WRITE, NO_STACK,
 };
 
 use crate::{
@@ -40,6 +44,23 @@ pub static LEAN_AGG: PerCpuArray<AggValue> = PerCpuArray::with_max_entries(LEAN_
 pub static LEAN_THREADS: Array<LeanThread> =
     Array::with_max_entries(LEAN_THREAD_SLOTS, BPF_F_MMAPABLE);
 
+/// What a lean step returns: done, or a long wait or hold waits in LEAN_ENDED for its cause.
+pub const LEAN_DONE: i32 = 0;
+pub const WANTS_CAUSE: i32 = 1;
+
+/// A long wait or hold a lean step ended, until the program hands in its cause.
+#[derive(Clone, Copy)]
+pub struct LeanEnded {
+    kind: u8,
+    mode: u8,
+    ns: u64,
+}
+
+/// Slot 0: the long wait or hold of the step that returned WANTS_CAUSE on this CPU (the lock
+/// programs run without preemption: the program's next call takes it).
+#[map]
+static LEAN_ENDED: PerCpuArray<LeanEnded> = PerCpuArray::with_max_entries(1, 0);
+
 /// Whether the lean path takes this event: a process's own lock, in timing-only mode without
 /// per-thread rows (a listed target's, or any process's with `-a` and `serve`). Outside lockers
 /// keep the general path: their entries name them.
@@ -57,12 +78,31 @@ macro_rules! lean_steps {
         #[unsafe(no_mangle)]
         #[inline(never)]
         pub extern "C" fn $name(locker: *const Locker, call: *const LockCall) -> i32 {
-            if let (Some(locker), Some(call)) = unsafe { (locker.as_ref(), call.as_ref()) } {
-                on_lock_event(locker, &call.args($hook));
+            match unsafe { (locker.as_ref(), call.as_ref()) } {
+                (Some(locker), Some(call)) => on_lock_event(locker, &call.args($hook)),
+                _ => LEAN_DONE,
             }
-            0
         }
     )*};
+}
+
+/// Adds the long wait or hold the last step on this CPU left in LEAN_ENDED, under the cause
+/// the program read (1 + index into MM_SYSCALLS or 0, and whether a fault).
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn lean_add_ended(locker: *const Locker, syscall: u32, fault: u32) -> i32 {
+    let (Some(locker), Some(ended)) = (unsafe { locker.as_ref() }, LEAN_ENDED.get_ptr(0)) else {
+        return 0;
+    };
+    let ended = unsafe { *ended };
+    add(
+        locker,
+        ended.kind,
+        ended.mode,
+        ended.ns,
+        (syscall as u8, fault as u8),
+    );
+    0
 }
 
 lean_steps!(
@@ -72,7 +112,7 @@ lean_steps!(
 );
 
 #[inline(always)]
-fn on_lock_event(locker: &Locker, args: &LockArgs) {
+fn on_lock_event(locker: &Locker, args: &LockArgs) -> i32 {
     let key = StateKey {
         tid: locker.tid,
         _pad: 0,
@@ -80,7 +120,7 @@ fn on_lock_event(locker: &Locker, args: &LockArgs) {
     };
     let Some((timing, first_seen)) = timing_of(&key) else {
         count(Counter::StateMapFull);
-        return;
+        return LEAN_DONE;
     };
     // No reset to idle afterwards: the timing clears itself.
     let event = decode(args);
@@ -102,20 +142,48 @@ fn on_lock_event(locker: &Locker, args: &LockArgs) {
     if fx.downgraded {
         add_totals(false, MODE_WRITE, |t| t.downgrades += 1);
     }
-    if let Some((mode, ns)) = fx.wait {
-        add(locker, KIND_WAIT, mode, ns);
-    }
-    if let Some((mode, ns)) = fx.hold {
-        add(locker, KIND_HOLD, mode, ns);
+    match (fx.wait, fx.hold) {
+        (Some((mode, ns)), None) => ended(locker, KIND_WAIT, mode, ns),
+        (None, Some((mode, ns))) => ended(locker, KIND_HOLD, mode, ns),
+        (wait, hold) => {
+            // Both at once (a start while holding): neither waits for a cause.
+            if let Some((mode, ns)) = wait {
+                add(locker, KIND_WAIT, mode, ns, (0, 0));
+            }
+            if let Some((mode, ns)) = hold {
+                add(locker, KIND_HOLD, mode, ns, (0, 0));
+            }
+            LEAN_DONE
+        }
     }
 }
 
-/// A listed target's duration goes to its LEAN_AGG slot, which stands for its totals too;
-/// another process's (`-a`, `serve`) to its AGG entry without stacks, and to the totals.
+/// A wait or hold that ended: added now when short, else left in LEAN_ENDED for its cause.
 #[inline(always)]
-fn add(locker: &Locker, kind: u8, mode: u8, ns: u64) {
+fn ended(locker: &Locker, kind: u8, mode: u8, ns: u64) -> i32 {
+    if ns < LEAN_CAUSE_THRESHOLD_NS {
+        add(locker, kind, mode, ns, (0, 0));
+        return LEAN_DONE;
+    }
+    let Some(slot) = LEAN_ENDED.get_ptr_mut(0) else {
+        add(locker, kind, mode, ns, (0, 0));
+        return LEAN_DONE;
+    };
+    unsafe { *slot = LeanEnded { kind, mode, ns } };
+    WANTS_CAUSE
+}
+
+/// A listed target's duration goes to its LEAN_AGG slot, which stands for its totals too;
+/// another process's (`-a`, `serve`) to its AGG entry without stacks, and to the totals. Both
+/// by `cause` (syscall, fault), known for the long ones.
+#[inline(always)]
+fn add(locker: &Locker, kind: u8, mode: u8, ns: u64, (syscall, fault): (u8, u8)) {
     if locker.slot != NO_SLOT {
-        if let Some(value) = LEAN_AGG.get_ptr_mut(lean_agg_index(locker.slot, kind, mode, 0)) {
+        // A fault inside an mm syscall has no slot of its own: the syscall names it.
+        let cause = fast_cause(syscall, fault)
+            .or_else(|| fast_cause(syscall, 0))
+            .unwrap_or(0);
+        if let Some(value) = LEAN_AGG.get_ptr_mut(lean_agg_index(locker.slot, kind, mode, cause)) {
             unsafe { (*value).add(ns) };
         }
         return;
@@ -134,6 +202,8 @@ fn add(locker: &Locker, kind: u8, mode: u8, ns: u64) {
         mode,
         kernel_stack: NO_STACK,
         user_stack: NO_STACK,
+        syscall,
+        fault,
         ..AggKey::default()
     };
     if let Some(value) = agg_value(&key) {

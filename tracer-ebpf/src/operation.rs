@@ -129,11 +129,16 @@ pub fn run<F: Family, C: StackIdContext, const HOOK: u32>(ctx: &C, call: &mut Lo
         return;
     }
     if lean::takes(&locker) {
-        match HOOK {
+        let done = match HOOK {
             HOOK_START => lean::lean_start(&locker, call),
             HOOK_ACQUIRE => lean::lean_acquire(&locker, call),
             _ => lean::lean_release(&locker, call),
         };
+        if done == lean::WANTS_CAUSE {
+            // A long wait or hold: named by what the thread entered the kernel for.
+            let entry = kernel_entry::<F>(&locker);
+            lean::lean_add_ended(&locker, entry.syscall as u32, entry.fault as u32);
+        }
         return;
     }
     let key = StateKey {

@@ -17,12 +17,14 @@ use crate::model::{Harvest, RawEntry};
 
 pub(super) const FAMILY: Family = Family {
     read,
-    maps: &[LEAN_AGG, LEAN_THREADS],
+    maps: &[LEAN_AGG, LEAN_THREADS, LEAN_ENDED],
     ..Family::NOTHING
 };
 
 const LEAN_AGG: &str = "LEAN_AGG";
 const LEAN_THREADS: &str = "LEAN_THREADS";
+/// The kernel side's scratch for a long wait or hold waiting for its cause; never read here.
+const LEAN_ENDED: &str = "LEAN_ENDED";
 
 /// Adds the array's entries (with `--lean`, its totals too), and the operations in flight of
 /// the lean path's threads.
