@@ -304,15 +304,33 @@ fn blocks(out: &mut String, r: &Report, top: usize) {
         return;
     }
     let shown = r.entries.len().min(top);
+    let (order, how) = block_order(r);
     let _ = writeln!(
         out,
-        "\nTop {shown} of {} call stacks by total time:",
+        "\nTop {shown} of {} call stacks by total time{how}:",
         r.entries.len()
     );
     let name_process = splits_by_process(r);
-    for e in r.entries.iter().take(top) {
+    for e in order.into_iter().take(top) {
         block(out, e, r.stack_threshold_ns, name_process);
     }
+}
+
+/// The entries in the order their blocks are shown: by total time, except that when holders
+/// were named, holds that made nobody wait come after the waits and the holds that did.
+fn block_order(r: &Report) -> (Vec<&Entry>, &'static str) {
+    let blocked_nobody =
+        |e: &Entry| e.kind == Kind::Hold && e.blocked_others.as_ref().is_none_or(|b| b.count == 0);
+    let attributed = r.entries.iter().any(|e| !e.blocked_by.is_empty());
+    if !attributed {
+        return (r.entries.iter().collect(), "");
+    }
+    let (first, after): (Vec<&Entry>, Vec<&Entry>) =
+        r.entries.iter().partition(|e| !blocked_nobody(e));
+    (
+        first.into_iter().chain(after).collect(),
+        " (the holds that made nobody wait after the rest)",
+    )
 }
 
 /// `cat pid 9`, or `cat, 3187 processes` for an outside locker whose processes of one name were
@@ -712,6 +730,43 @@ mod tests {
             holder,
             "    75%   750.0 µs  write munmap     munmap  (2 waits behind 1 hold, max 40.00 ms, \
              50% asleep, 13% runnable; thread 7)"
+        );
+    }
+
+    #[test]
+    fn holds_that_made_nobody_wait_come_after_the_rest_when_holders_are_named() {
+        let (harvest, symbols, meta) = crate::model::report::tests::attributed();
+        let mut report = build_report(&harvest, &symbols, &meta);
+        // The /proc reader's hold, which nobody waited behind, made the largest.
+        let reader = report
+            .entries
+            .iter()
+            .position(|e| e.cause == Cause::ProcReader)
+            .unwrap();
+        let reader = report.entries.remove(reader);
+        report.entries.insert(0, reader);
+        let text = render(&report, 10);
+        assert!(
+            text.contains("call stacks by total time (the holds that made nobody wait after"),
+            "{text}"
+        );
+        let at = |tag: &str| text.find(tag).unwrap_or_else(|| panic!("{tag}: {text}"));
+        assert!(at("[wait, read, page fault") < at("[hold, read, /proc reader"));
+        assert!(
+            at("[hold, write, munmap") < at("[wait, read, page fault"),
+            "it blocked one"
+        );
+        // Without holders named (timing only), the order is by total time alone.
+        let plain = render(&build_report(&harvest, &symbols, &meta), 10);
+        assert!(
+            plain.contains("call stacks by total time (the holds"),
+            "{plain}"
+        );
+        let (sample, symbols, meta) = sample();
+        let unattributed = render(&build_report(&sample, &symbols, &meta), 10);
+        assert!(
+            unattributed.contains("call stacks by total time:"),
+            "{unattributed}"
         );
     }
 
