@@ -209,7 +209,8 @@ fn trace_replaced(exe_name: &str, workload_seconds: &str, tracer_args: &[&str]) 
             workload_seconds,
         ],
     );
-    let mut args = vec!["--format", "json"];
+    // Every operation's stacks: names of the workload's own code whatever the sampler picks.
+    let mut args = vec!["--format", "json", "--stack-threshold", "0"];
     args.extend(tracer_args);
     let run = trace(dir.path(), &mut target, &args);
     assert_eq!(
@@ -329,7 +330,8 @@ fn a_debug_link_to_a_fifo_beside_the_object_is_not_followed() {
     let c_path = std::ffi::CString::new(debug.display().to_string()).unwrap();
     assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o644) }, 0);
     let mut target = spawn_target(&exe, &["churn", "--threads", "1", "--seconds", "2"]);
-    let run = trace(dir.path(), &mut target, &[]);
+    // Every operation's stacks: names of the workload's own code whatever the sampler picks.
+    let run = trace(dir.path(), &mut target, &["--stack-threshold", "0"]);
     assert_full_text_report(&run, "hostile-debuglink");
     assert!(
         run.report.contains("churn"),
@@ -384,7 +386,11 @@ fn a_stripped_object_is_named_from_a_debug_dir_by_its_build_id() {
     fs::rename(&debug, by_id.join(format!("{}.debug", &id[2..]))).unwrap();
     let mut target = spawn_target(&exe, &["churn", "--threads", "1", "--seconds", "2"]);
     let debug_arg = debug_dir.display().to_string();
-    let run = trace(dir.path(), &mut target, &["--debug-dir", &debug_arg]);
+    let run = trace(
+        dir.path(),
+        &mut target,
+        &["--debug-dir", &debug_arg, "--stack-threshold", "0"],
+    );
     assert_full_text_report(&run, "stripped-workload");
     assert!(
         run.report.contains("churn_once"),
@@ -523,7 +529,11 @@ fn a_target_in_another_mount_namespace_is_symbolized_from_its_own_files() {
     std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
     let mut target = Target { child, pid };
     // Ends while the target runs (then killed): its mappings are read through map_files.
-    let run = trace(dir.path(), &mut target, &["--format", "json", "-d", "3"]);
+    let run = trace(
+        dir.path(),
+        &mut target,
+        &["--format", "json", "-d", "3", "--stack-threshold", "0"],
+    );
     assert_eq!(
         run.status.map(|s| s.success()),
         Some(true),
