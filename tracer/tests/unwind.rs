@@ -223,8 +223,10 @@ fn unwinding_opens_objects_without_taking_the_targets_lock() {
     // a second, the first and the last, one when unwinding meets the process, the discovery
     // read of /proc/PID/cmdline, and a look of slack at the periods' edges. 6.12 under
     // emulation: 6 maps reads and 2 without a stack. Objects opened through map_files would
-    // add two or three each.
-    let looks_allowed = traced_s + 6;
+    // add two or three each. Under emulation on a loaded host, 6.1 once took 11 (9 without a
+    // stack): the loop's looks fall due late and bunch up; objects through map_files would still
+    // be tens more.
+    let looks_allowed = traced_s + if common::slowdown() > 1 { 10 } else { 6 };
     assert!(
         by_tracer <= looks_allowed,
         "the tracer locked its target's mm {by_tracer} times in {traced_s} s:\n{}",
