@@ -365,10 +365,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_return_address_outside_executable_code_ends_the_user_stack() {
-        let symbolizer = Symbolizer::new();
-        let mut objects = ObjectFiles::new(debug_dirs(&[]));
+    /// One executable mapping, 0x1000-0x2000, of a file that does not exist.
+    fn app_history() -> MappingHistory {
         let mut history = MappingHistory::default();
         history.add_all(vec![Mapping {
             start: 0x1000,
@@ -378,6 +376,14 @@ mod tests {
             dev: 0,
             inode: 0,
         }]);
+        history
+    }
+
+    #[test]
+    fn a_return_address_outside_executable_code_ends_the_user_stack() {
+        let symbolizer = Symbolizer::new();
+        let mut objects = ObjectFiles::new(debug_dirs(&[]));
+        let history = app_history();
         // ip in the app, a return address in the app, then stack data the broken
         // frame-pointer chain walked into, then more garbage.
         let frames = user_frames(
@@ -398,15 +404,7 @@ mod tests {
     fn code_outside_every_mapped_file_is_named_by_the_perf_map_and_the_walk_goes_on() {
         let symbolizer = Symbolizer::new();
         let mut objects = ObjectFiles::new(debug_dirs(&[]));
-        let mut history = MappingHistory::default();
-        history.add_all(vec![Mapping {
-            start: 0x1000,
-            end: 0x2000,
-            file_offset: 0,
-            path: "/nonexistent/app".into(),
-            dev: 0,
-            inode: 0,
-        }]);
+        let history = app_history();
         let jit = perf_map::parse("7ffd00000900 100 jitted_method\n");
         let frames = user_frames(
             &mut lookup(&symbolizer, &mut objects, Instant::now() + SYMBOLIZE_BUDGET),

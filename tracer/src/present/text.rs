@@ -10,7 +10,7 @@ use crate::model::self_cost::SelfCost;
 use crate::model::unwound::UserStackKind;
 
 use crate::model::{
-    report::{Entry, Kind, Report},
+    report::{Entry, Kind, Mode, Report},
     schema::HolderGroup,
     Cause, Frame,
 };
@@ -111,12 +111,8 @@ fn answer(out: &mut String, r: &Report) {
     for g in &a.who_waited {
         let _ = writeln!(
             out,
-            "  {:>4.0}% {:>10}  {:<5} {:<10} {}  ({} wait{}, max {})",
-            g.share * 100.0,
-            human_ns(g.wait_ns),
-            g.mode.label(),
-            g.cause.label(),
-            escaped(&g.place),
+            "{}  ({} wait{}, max {})",
+            answer_head(g.share, g.wait_ns, g.mode, g.cause, &g.place),
             g.waits,
             if g.waits == 1 { "" } else { "s" },
             human_ns(g.max_wait_ns)
@@ -147,18 +143,27 @@ fn answer(out: &mut String, r: &Report) {
         };
         let _ = writeln!(
             out,
-            "  {:>4.0}% {:>10}  {:<5} {:<10} {}{who}  ({} wait{} behind {}{})",
-            g.share * 100.0,
-            human_ns(g.wait_caused_ns),
-            g.mode.label(),
-            g.cause.label(),
-            escaped(&g.place),
+            "{}{who}  ({} wait{} behind {}{})",
+            answer_head(g.share, g.wait_caused_ns, g.mode, g.cause, &g.place),
             g.waits_caused,
             if g.waits_caused == 1 { "" } else { "s" },
             holds_line(g),
             threads_note(&g.threads)
         );
     }
+}
+
+/// `    75%   750.0 µs  write munmap     munmap`: an answer line's share, time, mode, cause and
+/// the frame that names it.
+fn answer_head(share: f64, ns: u64, mode: Mode, cause: Cause, place: &str) -> String {
+    format!(
+        "  {:>4.0}% {:>10}  {:<5} {:<10} {}",
+        share * 100.0,
+        human_ns(ns),
+        mode.label(),
+        cause.label(),
+        escaped(place)
+    )
 }
 
 /// `3 holds, max 40.00 ms, 30% asleep, 5% runnable`: the holds behind a holder group, and
