@@ -94,6 +94,8 @@ impl StackSymbolizer {
         deadline: Instant,
     ) {
         let empty = MappingHistory::default();
+        // Each process's perf map, looked for once per call rather than once per stack.
+        let mut jit_maps: HashMap<u32, Option<Rc<PerfMap>>> = HashMap::new();
         let mut late = 0;
         for stack in harvest.stack_refs() {
             if self.symbols.contains_key(&stack) && !self.partial.contains(&stack) {
@@ -108,7 +110,14 @@ impl StackSymbolizer {
                 StackRef::Kernel(_) => unnamed_kernel_frames(addrs),
                 StackRef::User { pid, .. } => {
                     let history = mappings.get(&pid).unwrap_or(&empty);
-                    let jit = self.perf_map(pid, history.owner_uid);
+                    let jit = match jit_maps.get(&pid) {
+                        Some(known) => known.clone(),
+                        None => {
+                            let found = self.perf_map(pid, history.owner_uid);
+                            jit_maps.insert(pid, found.clone());
+                            found
+                        }
+                    };
                     let mut objects = ObjectLookup {
                         symbolizer: &self.symbolizer,
                         objects: &mut self.objects,

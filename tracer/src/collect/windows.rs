@@ -44,7 +44,7 @@ pub fn report_between(
     }
     let mut locker_groups = HashMap::new();
     if !split.per_pid {
-        (window, locker_groups) = delta::outside_lockers_by_name(&window);
+        (window, locker_groups) = delta::outside_lockers_by_name(window);
     }
     let meta = TraceMeta {
         duration_ns: now.elapsed.saturating_sub(from.elapsed).as_nanos() as u64,

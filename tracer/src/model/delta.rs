@@ -196,7 +196,7 @@ pub type LockerGroups = HashMap<u32, Vec<u32>>;
 /// a /proc reader loop's thousands of short-lived `cat`s become one `cat`, with the processes
 /// it stands for. A folded locker's keys lose their thread and user stack (these lie in as many
 /// processes as there were pids; the kernel stack says what it did).
-pub fn outside_lockers_by_name(harvest: &Harvest) -> (Harvest, LockerGroups) {
+pub fn outside_lockers_by_name(harvest: Harvest) -> (Harvest, LockerGroups) {
     let mut by_name: HashMap<&str, Vec<u32>> = HashMap::new();
     let lockers = harvest
         .entries
@@ -215,7 +215,8 @@ pub fn outside_lockers_by_name(harvest: &Harvest) -> (Harvest, LockerGroups) {
         .map(|pids| (pids[0], pids))
         .collect();
     if groups.is_empty() {
-        return (harvest.clone(), groups);
+        // The usual case: the window as it is, not a copy of it.
+        return (harvest, groups);
     }
     let folded: HashMap<u32, u32> = groups
         .iter()
@@ -233,7 +234,7 @@ pub fn outside_lockers_by_name(harvest: &Harvest) -> (Harvest, LockerGroups) {
         }
         key
     };
-    (fold_keys(harvest, agg, holder), groups)
+    (fold_keys(&harvest, agg, holder), groups)
 }
 
 /// The harvest with its keys mapped by `agg` (entries, and the waiters, holds and estimated
@@ -411,7 +412,7 @@ mod tests {
             ]),
             ..Harvest::default()
         };
-        let (folded, groups) = outside_lockers_by_name(&harvest);
+        let (folded, groups) = outside_lockers_by_name(harvest.clone());
         assert_eq!(groups, HashMap::from([(100, vec![100, 101])]));
         let cat: Vec<&RawEntry> = folded
             .entries
@@ -430,7 +431,7 @@ mod tests {
         assert_eq!((key.holder.outside_pid, key.holder.tid), (100, 0));
         assert_eq!((value.count, value.wait_ns), (3, 300));
         // Nothing to fold: the harvest as it was.
-        let (same, none) = outside_lockers_by_name(&Harvest {
+        let (same, none) = outside_lockers_by_name(Harvest {
             entries: vec![outside_hold(102, 1021, 9, 4_000)],
             blocked: Vec::new(),
             ..harvest.clone()
