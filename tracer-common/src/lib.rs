@@ -20,6 +20,7 @@ pub mod syscalls;
 pub mod targets;
 pub mod timeline;
 pub mod user_stacks;
+pub mod wakers;
 
 // Re-exported whole: the programs and the tracer name these types from the crate root.
 pub use config::*;
@@ -31,6 +32,7 @@ pub use syscalls::*;
 pub use targets::*;
 pub use timeline::*;
 pub use user_stacks::*;
+pub use wakers::*;
 
 pub use holders::{
     holder_slot, BlockKey, BlockValue, Blockers, HoldId, HolderKey, HolderRecord, HolderRef,
@@ -310,10 +312,12 @@ pub enum Counter {
     /// A per-process name could not be kept (the name map was full): the process is shown
     /// by pid only.
     NameMapFull,
+    /// Who woke a sleeping holder could not be kept (the wakers map was full).
+    WakerMapFull,
 }
 
 impl Counter {
-    pub const ALL: [Counter; 21] = [
+    pub const ALL: [Counter; 22] = [
         Counter::UnpairedAcquire,
         Counter::UnpairedRelease,
         Counter::StartWhileWaiting,
@@ -335,6 +339,7 @@ impl Counter {
         Counter::UserStackCopyDropped,
         Counter::BeganBeforeAttach,
         Counter::NameMapFull,
+        Counter::WakerMapFull,
     ];
 
     /// Stable name used in every output format.
@@ -361,6 +366,7 @@ impl Counter {
             Counter::UserStackCopyDropped => "user_stack_copy_dropped",
             Counter::BeganBeforeAttach => "began_before_attach",
             Counter::NameMapFull => "name_map_full",
+            Counter::WakerMapFull => "waker_map_full",
         }
     }
 }

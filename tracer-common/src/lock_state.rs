@@ -342,7 +342,10 @@ pub struct LockState {
     /// 1 while `pending_wait` or `pending_holds` holds something: their lines are read only
     /// then.
     pub pending: u8,
-    pub _pad: [u8; 2],
+    /// 1 once the sleep in progress (`off_since_ns`) has been charged to a waker
+    /// (sched_waking): a second wakeup of the same sleep charges nothing.
+    pub off_woken: u8,
+    pub _pad: [u8; 1],
     /// Off-CPU parts of the current hold, and the switch-out in progress.
     pub offcpu: OffCpu,
     pub off_since_ns: u64,
@@ -380,7 +383,8 @@ impl LockState {
         user_copy_sampled: 0,
         cause: 0,
         pending: 0,
-        _pad: [0; 2],
+        off_woken: 0,
+        _pad: [0; 1],
         offcpu: OffCpu::ZERO,
         off_since_ns: 0,
         off_stack: crate::NO_STACK,
@@ -510,6 +514,7 @@ impl LockState {
             self.off_since_ns = now;
             self.off_kind = kind;
             self.off_stack = stack;
+            self.off_woken = 0;
         }
     }
 
@@ -534,6 +539,22 @@ impl LockState {
             }
         }
         self.off_since_ns = 0;
+    }
+
+    /// sched_waking of the thread: how long the sleep in progress inside its hold has lasted,
+    /// the first time that sleep is ended (None when it is not asleep in a hold, preempted, or
+    /// that sleep was charged to a waker already).
+    #[inline(always)]
+    pub fn woken(&mut self, now: u64) -> Option<u64> {
+        let asleep = self.timing.hold_start_ns != 0
+            && self.off_since_ns != 0
+            && self.off_kind != OFF_RUNNABLE
+            && self.off_woken == 0;
+        if !asleep {
+            return None;
+        }
+        self.off_woken = 1;
+        Some(now.wrapping_sub(self.off_since_ns))
     }
 
     /// A new lock operation: nothing of the last one carries over (a trylock miss that was never
@@ -968,6 +989,23 @@ mod tests {
         s.step(acquired(R), 5_001);
         let fx = s.step(Released { mode: R }, 5_101);
         assert_eq!(fx.hold_offcpu, OffCpu::ZERO);
+    }
+
+    #[test]
+    fn a_sleep_inside_a_hold_is_charged_to_its_first_waker_only() {
+        let mut s = LockState::default();
+        assert_eq!(s.woken(5), None, "not holding");
+        s.step(StartLocking { mode: W }, 0);
+        s.step(acquired(W), 10);
+        s.switched_out(100, OFF_RUNNABLE, -1);
+        assert_eq!(s.woken(150), None, "preempted, not asleep");
+        s.switched_in(200);
+        s.switched_out(300, OFF_UNINTERRUPTIBLE, 7);
+        assert_eq!(s.woken(1_300), Some(1_000));
+        assert_eq!(s.woken(1_350), None, "a second wakeup of the same sleep");
+        s.switched_in(1_400);
+        s.switched_out(1_500, OFF_SLEEPING, 9);
+        assert_eq!(s.woken(1_520), Some(20), "the next sleep is charged afresh");
     }
 
     #[test]

@@ -4,9 +4,12 @@
 use crate::AggKey;
 
 /// THREAD_EXITS slots: summed lifetimes inside the trace (ns) of the target threads that exited
-/// while it ran, and their number.
+/// while it ran, their number, and the number of traced processes whose last thread exited
+/// (what tells a system-wide trace that it has processes to let go of).
 pub const EXITED_LIFETIME_NS: u32 = 0;
 pub const EXITED_THREADS: u32 = 1;
+pub const EXITED_PROCESSES: u32 = 2;
+pub const THREAD_EXITS_SLOTS: u32 = 3;
 
 /// A hold (its aggregation key) and a kernel stack its thread slept in.
 #[repr(C)]

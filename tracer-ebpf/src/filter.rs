@@ -22,6 +22,13 @@ pub static TARGET_TGIDS: HashMap<u32, u32> = HashMap::with_max_entries(64, 0);
 #[map]
 pub static TARGET_MMS: HashMap<u64, u32> = HashMap::with_max_entries(256, 0);
 
+/// Target tgid -> the mm registered for it last: the one it left at an exec is let go of when
+/// the new one registers. Freed, its address soon belongs to another process's new mm, whose
+/// exec (which locks it from the old one) would otherwise count as an outside locker of this
+/// process. Enlarged like TARGET_MMS.
+#[map]
+pub static MM_OF_TARGET: HashMap<u32, u64> = HashMap::with_max_entries(256, 0);
+
 /// Slot 0: the target tgid whose mm the tracer is discovering right now (0 when none).
 #[map]
 pub static DISCOVER: Array<u32> = Array::with_max_entries(1, 0);
@@ -97,8 +104,9 @@ pub fn classify(mm: u64) -> Option<Locker> {
             // The owner exited and its mm_struct was freed and reused by this process: a real
             // outside locker locks someone else's mm. The new owner takes the entry over when
             // it is traced itself; otherwise the stale registration is forgotten.
-            if system_wide || is_listed_target(tgid) {
-                register(mm, tgid, system_wide || cfg.inherit != 0);
+            if (system_wide || is_listed_target(tgid))
+                && register(mm, tgid, system_wide || cfg.inherit != 0)
+            {
                 return Some(own_lock(tgid, tid));
             }
             let _ = TARGET_MMS.remove(&mm);
@@ -120,15 +128,13 @@ pub fn classify(mm: u64) -> Option<Locker> {
         if current_mm(cfg.task_mm_offset) == mm {
             // Inherited children are named, as in system-wide mode: they may exit before the
             // report names them.
-            register(mm, tgid, cfg.inherit != 0);
-            return Some(own_lock(tgid, tid));
+            return register(mm, tgid, cfg.inherit != 0).then(|| own_lock(tgid, tid));
         }
         return None;
     }
     // System-wide, a user process locking its own mm registers it. Anyone else locking an mm
     // not known yet (a kernel thread, a /proc reader) is skipped: whose mm it is is not known.
-    if system_wide && owns_as_user_process(mm, cfg) {
-        register(mm, tgid, true);
+    if system_wide && owns_as_user_process(mm, cfg) && register(mm, tgid, true) {
         return Some(own_lock(tgid, tid));
     }
     None
@@ -252,10 +258,9 @@ fn classify_by_slot(mm: u64, tgid: u32, tid: u32, cfg: &Config) -> Option<Locker
         if targets.mms[slot] != mm {
             // Its first lock (or the first after an exec), or a target thread locking another
             // process's mm (reading its /proc files): only its own mm is a target mm.
-            if current_mm(cfg.task_mm_offset) != mm {
+            if current_mm(cfg.task_mm_offset) != mm || !register(mm, tgid, false) {
                 return None;
             }
-            register(mm, tgid, false);
         }
         return Some(Locker {
             slot,
@@ -319,6 +324,18 @@ pub fn is_target_mm(mm: u64) -> bool {
         || (hashes_targets(cfg) && unsafe { TARGET_MMS.get(&mm) }.is_some())
 }
 
+/// The target whose mm `mm` is, if it is a target's.
+#[inline(always)]
+pub fn target_of_mm(mm: u64) -> Option<u32> {
+    let cfg = config();
+    if let Some((pid, _)) = slot_target_of_mm(mm, cfg) {
+        return Some(pid);
+    }
+    hashes_targets(cfg)
+        .then(|| unsafe { TARGET_MMS.get(&mm) }.copied())
+        .flatten()
+}
+
 #[inline(always)]
 fn own_lock(tgid: u32, tid: u32) -> Locker {
     Locker {
@@ -367,15 +384,19 @@ fn discover(mm: u64, task_mm_offset: u32) {
 /// process's name, so that the report names a process that exited before the end of the trace
 /// (overwriting: after an exec, the new mm brings the new name). An exiting task's locks of its
 /// mm (exit_mm, exit_mmap: after sched_process_exit on recent kernels) register nothing: the
-/// mm is about to be freed and reused, and sched_process_exit has just forgotten it.
+/// mm is about to be freed and reused, and sched_process_exit has just forgotten it. Returns
+/// false for those: their locks are not traced, neither the acquire nor the release that
+/// follows once exit_mm has cleared the task's `mm` (and no lookup would find the mm again),
+/// which would otherwise leave a hold open for every process that exits.
 #[inline(always)]
-pub fn register(mm: u64, pid: u32, name: bool) {
-    if current_flags() & PF_EXITING != 0 {
-        return;
+pub fn register(mm: u64, pid: u32, name: bool) -> bool {
+    if current_is_exiting() {
+        return false;
     }
     if TARGET_MMS.insert(&mm, &pid, 0).is_err() {
         count(Counter::TargetMapFull);
     }
+    forget_left_mm(pid, mm);
     note_slot_mm(pid, mm);
     if name {
         if let Ok(comm) = bpf_get_current_comm() {
@@ -384,6 +405,18 @@ pub fn register(mm: u64, pid: u32, name: bool) {
             }
         }
     }
+    true
+}
+
+/// `pid` registers `mm`: the mm it had before, if it still owns that one's entry, is gone.
+#[inline(always)]
+fn forget_left_mm(pid: u32, mm: u64) {
+    if let Some(&left) = unsafe { MM_OF_TARGET.get(&pid) } {
+        if left != mm && unsafe { TARGET_MMS.get(&left) }.is_some_and(|&owner| owner == pid) {
+            let _ = TARGET_MMS.remove(&left);
+        }
+    }
+    let _ = MM_OF_TARGET.insert(&pid, &mm, 0);
 }
 
 /// Records `mm` as target `pid`'s in its slot, if it has one (discovery of an idle target's mm
@@ -401,6 +434,12 @@ fn note_slot_mm(pid: u32, mm: u64) {
     if slot != NO_SLOT {
         targets.mms[slot] = mm;
     }
+}
+
+/// Whether the current task is exiting (its locks from here on are exit_mm's and exit_mmap's).
+#[inline(always)]
+pub fn current_is_exiting() -> bool {
+    current_flags() & PF_EXITING != 0
 }
 
 /// PF_KTHREAD and PF_EXITING in task_struct.flags.

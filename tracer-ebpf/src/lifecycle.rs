@@ -8,24 +8,36 @@ use aya_ebpf::helpers::{
 };
 use aya_ebpf::{
     macros::{btf_tracepoint, map},
-    maps::PerCpuArray,
+    maps::{LruHashMap, PerCpuArray},
     programs::BtfTracePointContext,
 };
-use tracer_common::{Config, Counter, StateKey, EXITED_LIFETIME_NS, EXITED_THREADS};
+use tracer_common::{
+    Config, Counter, StateKey, EXITED_LIFETIME_NS, EXITED_PROCESSES, EXITED_THREADS,
+    THREAD_EXITS_SLOTS,
+};
 
 use crate::{
     filter::{
-        is_listed_target, slot_of_pid, EXEC_COMMS, LOCKER_COMMS, NO_SLOT, TARGET_MMS, TARGET_SLOTS,
-        TARGET_TGIDS,
+        is_listed_target, slot_of_pid, EXEC_COMMS, LOCKER_COMMS, MM_OF_TARGET, NO_SLOT, TARGET_MMS,
+        TARGET_SLOTS, TARGET_TGIDS,
     },
     lean,
-    maps::{add_to, armed, config, count, TRACE_START},
+    maps::{add_to, armed, config, count, TID_HOLDING, TRACE_START},
     pending,
 };
 
 /// See tracer_common::EXITED_LIFETIME_NS.
 #[map]
-pub static THREAD_EXITS: PerCpuArray<u64> = PerCpuArray::with_max_entries(2, 0);
+pub static THREAD_EXITS: PerCpuArray<u64> = PerCpuArray::with_max_entries(THREAD_EXITS_SLOTS, 0);
+
+/// System-wide, the traced processes whose last thread has exited (pid -> how long that thread
+/// lived, in ns: short-lived processes are folded by name), until user space
+/// lets go of them: all their lock operations are in the maps by then, so the next read of the
+/// maps is their last (instead of a second look in /proc, a read later, while a busy machine's
+/// short-lived processes fill the maps). An LRU: one user space has not drained is looked up
+/// in /proc instead.
+#[map]
+pub static EXITED_PIDS: LruHashMap<u32, u64> = LruHashMap::with_max_entries(1024, 0);
 
 /// A process's last thread exits: its mm stops being a target's. The mm_struct is freed once
 /// its lazy users are done and is soon reused by another process, whose exec and first locks
@@ -35,7 +47,9 @@ pub static THREAD_EXITS: PerCpuArray<u64> = PerCpuArray::with_max_entries(2, 0);
 ///
 /// Every exiting target thread also adds the time it lived inside the trace to THREAD_EXITS:
 /// the thread time that wait shares are measured against comes from real lifetimes. Every
-/// exiting thread frees its LEAN_THREADS entry.
+/// exiting thread frees its LEAN_THREADS and TID_HOLDING entries (the latter stays between
+/// holds so that a hold costs no insert; a busy machine's short-lived threads would otherwise
+/// fill it, an LRU, and push out the living).
 #[btf_tracepoint(function = "sched_process_exit")]
 pub fn sched_process_exit(_ctx: BtfTracePointContext) -> i32 {
     let cfg = config();
@@ -45,23 +59,29 @@ pub fn sched_process_exit(_ctx: BtfTracePointContext) -> i32 {
         return 0;
     };
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    lean::forget_thread(bpf_get_current_pid_tgid() as u32);
+    let tid = bpf_get_current_pid_tgid() as u32;
+    lean::forget_thread(tid);
+    let _ = TID_HOLDING.remove(&tid);
     let owns_target_mm = unsafe { TARGET_MMS.get(&mm) }.is_some_and(|owner| *owner == tgid);
-    if armed() && tgid != cfg.tracer_tgid && (owns_target_mm || is_listed_target(tgid)) {
+    let traced = armed() && tgid != cfg.tracer_tgid && (owns_target_mm || is_listed_target(tgid));
+    if traced {
         add_lifetime(task, cfg);
         // The thread locks nothing more: what its last lock operation left is aggregated now.
-        pending::flush_thread(&StateKey {
-            tid: bpf_get_current_pid_tgid() as u32,
-            _pad: 0,
-            mm,
-        });
+        pending::flush_thread(&StateKey { tid, _pad: 0, mm });
     }
     if !process_is_gone(task, cfg) {
         return 0;
     }
+    if traced {
+        add_to(&THREAD_EXITS, EXITED_PROCESSES, 1);
+        if cfg.system_wide != 0 {
+            let _ = EXITED_PIDS.insert(&tgid, &lifetime(task, cfg), 0);
+        }
+    }
     if owns_target_mm {
         let _ = TARGET_MMS.remove(&mm);
     }
+    let _ = MM_OF_TARGET.remove(&tgid);
     if cfg.inherit != 0 {
         // An inherited child is a target no longer (the command itself stays listed: user
         // space watches it).
@@ -77,6 +97,16 @@ pub fn sched_process_exit(_ctx: BtfTracePointContext) -> i32 {
         }
     }
     0
+}
+
+/// How long the exiting thread has lived (u64::MAX when its start cannot be read).
+#[inline(always)]
+fn lifetime(task: *const u8, cfg: &Config) -> u64 {
+    let start_field = task.wrapping_add(cfg.task_start_time_offset as usize) as *const u64;
+    match unsafe { bpf_probe_read_kernel(start_field) } {
+        Ok(started) => unsafe { bpf_ktime_get_ns() }.saturating_sub(started),
+        Err(_) => u64::MAX,
+    }
 }
 
 /// Adds the exiting thread's life since the trace started (or since it was created, if later).

@@ -39,6 +39,7 @@ mod maps;
 mod records;
 // The middle: what the programs share beyond the leaves.
 mod blockers;
+mod holding;
 mod lean;
 mod operation;
 mod pending;
@@ -52,6 +53,7 @@ mod lifecycle;
 mod mmap_lock;
 mod sched;
 mod syscalls;
+mod wakers;
 
 #[cfg(not(test))]
 #[panic_handler]

@@ -48,14 +48,15 @@ pub static TOTALS: PerCpuArray<ModeTotals> = PerCpuArray::with_max_entries(TOTAL
 #[map]
 pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_SLOTS, 0);
 
-/// One slot per growable map (FULL_AGG, FULL_BLOCKED, FULL_SLEEPS), non-zero once it refused an
+/// One slot per growable map (FULL_AGG, FULL_BLOCKED, FULL_SLEEPS, FULL_WAKERS), non-zero once it refused an
 /// insert: from then on only existing keys are updated, so a full map costs a lookup and
 /// nothing more (perf lock contention once slowed targets 4x by retrying inserts).
 #[map]
-pub static MAP_FULL: Array<u32> = Array::with_max_entries(3, 0);
+pub static MAP_FULL: Array<u32> = Array::with_max_entries(4, 0);
 pub const FULL_AGG: u32 = 0;
 pub const FULL_BLOCKED: u32 = 1;
 pub const FULL_SLEEPS: u32 = 2;
+pub const FULL_WAKERS: u32 = 3;
 
 /// Threads holding a target's lock (tid -> mm, 0 when not holding), so that sched_switch finds
 /// their state. Overwritten in place, so one insert per thread; LRU so that exited threads'

@@ -17,7 +17,7 @@ use crate::{
     context::Regs,
     context::{BtfRegs, ClassicRegs},
     event::{decode, decode_mode, Hook, LockCall, HOOK_ACQUIRE, HOOK_START},
-    filter::{classified, Locker, NO_SLOT},
+    filter::{classified, current_is_exiting, Locker, NO_SLOT},
     lean::{self, Parts},
     maps::{armed, config, count, TID_HOLDING},
     pending,
@@ -340,7 +340,9 @@ fn ends_past_late_threshold(st: &LockState, event: LockEvent, now: u64) -> bool 
 /// sched_switch finds the state of a holder that is not a listed target's own thread through
 /// its tid alone (a listed target's thread, through its own mm: no entry here, so no lookup
 /// inside the critical section). The entry stays and is overwritten in place (mm while
-/// holding, 0 after), so a hold costs a lookup, not an insert and a delete.
+/// holding, 0 after), so a hold costs a lookup, not an insert and a delete; sched_process_exit
+/// deletes it, and an exiting thread (exit_mm's lock, after sched_process_exit on recent
+/// kernels) inserts none again.
 #[inline(always)]
 fn track_holding_thread(tid: u32, mm: u64, was_holding: bool, holding: bool) {
     if holding == was_holding {
@@ -349,7 +351,7 @@ fn track_holding_thread(tid: u32, mm: u64, was_holding: bool, holding: bool) {
     let value = if holding { mm } else { 0 };
     match TID_HOLDING.get_ptr_mut(&tid) {
         Some(slot) => unsafe { *slot = value },
-        None if holding => {
+        None if holding && !current_is_exiting() => {
             if TID_HOLDING.insert(&tid, &mm, 0).is_err() {
                 count(Counter::ThreadMapFull);
             }

@@ -143,3 +143,38 @@ pub fn delete_keys<K: Pod>(map: &Map, keys: &[K]) -> Result<usize> {
     }
     Ok(deleted)
 }
+
+/// BPF_MAP_UPDATE_ELEM from include/uapi/linux/bpf.h.
+const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+
+/// Sets every slot of an array of u32 shared by all CPUs to `value`, through the map's fd (as
+/// `delete_keys`, for a reader holding the map).
+pub fn fill_array(map: &Map, value: u32) -> Result<()> {
+    let Map::Array(data) = map else {
+        bail!("filling a map that is not an array");
+    };
+    let fd = data.fd().as_fd().as_raw_fd();
+    for index in 0..data.info()?.max_entries() {
+        let attr = ElemAttr {
+            map_fd: fd as u32,
+            _pad: 0,
+            key: &index as *const u32 as u64,
+            value: &value as *const u32 as u64,
+            flags: 0,
+        };
+        // SAFETY: attr points at a live u32 index and value for the call.
+        let ret = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_MAP_UPDATE_ELEM,
+                &attr as *const ElemAttr,
+                std::mem::size_of::<ElemAttr>(),
+            )
+        };
+        if ret != 0 {
+            let errno = std::io::Error::last_os_error();
+            return Err(anyhow!("BPF_MAP_UPDATE_ELEM: {errno}"));
+        }
+    }
+    Ok(())
+}

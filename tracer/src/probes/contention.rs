@@ -90,9 +90,12 @@ const BTF_PROGRAMS: [(&str, &str); 2] =
 fn load_btf(ebpf: &mut Ebpf) -> Result<()> {
     let btf = super::kernel_btf()?;
     for (name, event) in BTF_PROGRAMS {
-        super::program::<BtfTracePoint>(ebpf, name)?
+        let started = std::time::Instant::now();
+        let program = super::program::<BtfTracePoint>(ebpf, name)?;
+        program
             .load(event, &btf)
             .map_err(|e| super::load_failed(e, &format!("loading {name}")))?;
+        super::log_verified(name, program.info(), started.elapsed());
     }
     Ok(())
 }

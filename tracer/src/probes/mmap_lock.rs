@@ -199,10 +199,12 @@ fn attach_target_lifecycle(ebpf: &mut Ebpf) {
         ),
     ] {
         let attached = super::kernel_btf().and_then(|btf| {
+            let started = Instant::now();
             let program = super::program::<BtfTracePoint>(ebpf, name)?;
             program
                 .load(name, &btf)
                 .map_err(|e| super::load_failed(e, &format!("loading {name}")))?;
+            super::log_verified(name, program.info(), started.elapsed());
             program.attach()?;
             Ok(())
         });

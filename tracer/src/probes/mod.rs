@@ -24,6 +24,7 @@ mod stack_chains;
 mod syscalls;
 mod timeline;
 mod user_stacks;
+mod wakers;
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -31,13 +32,14 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context as _, Result};
 use aya::{
     maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, StackTraceMap},
-    programs::TracePoint,
+    programs::{BtfTracePoint, TracePoint},
     Ebpf, EbpfLoader, Pod,
 };
 use tracer_common::{
     holder_slot, AggKey, AggValue, BlockKey, BlockValue, Config, Counter, FastTargets,
-    HolderRecord, LockState, SleepKey, StateKey, COUNTER_SLOTS, EXITED_LIFETIME_NS, EXITED_THREADS,
-    FAST_TARGETS, PER_THREAD_ALWAYS, PER_THREAD_WHILE_ROOM,
+    HolderRecord, LockState, SleepKey, StateKey, WakeKey, WakeValue, COUNTER_SLOTS,
+    EXITED_LIFETIME_NS, EXITED_PROCESSES, EXITED_THREADS, FAST_TARGETS, PER_THREAD_ALWAYS,
+    PER_THREAD_WHILE_ROOM,
 };
 
 use self::timeline::TimelineReader;
@@ -52,15 +54,15 @@ use closing::ClassicLinks;
 pub use errors::VERIFIER_BUDGET;
 use errors::{explain_permission, is_refused, load_failed, log_verified, perf_paranoia_hint};
 use readers::{
-    delete_from, delete_where, fold_pending, map, map_ref, read_array, read_comms, read_maps,
-    read_shared, read_shared_array, read_stacks, read_target_mms,
+    delete_from, delete_where, fold_pending, fold_states, map, map_named, map_ref, read_array,
+    read_comms, read_maps, read_shared, read_shared_array, read_stacks, read_target_mms,
 };
 use source::{Forget, Source};
 
 /// The probe families, one module each: what each configures, attaches and reads, in this
 /// order (the saved registers before the stack copies that need them; the mmap_lock family's
 /// entries before the lean path adds to them). A new family is a module and an entry here.
-const FAMILIES: [Family; 8] = [
+const FAMILIES: [Family; 9] = [
     mmap_lock::FAMILY,
     lean::FAMILY,
     blockers::FAMILY,
@@ -69,6 +71,7 @@ const FAMILIES: [Family; 8] = [
     faults::FAMILY,
     syscalls::FAMILY,
     sched::FAMILY,
+    wakers::FAMILY,
 ];
 
 /// What a family is given to set itself up: the settings and the running kernel's layouts.
@@ -125,7 +128,7 @@ const COUNTERS: &str = "COUNTERS";
 #[cfg(test)]
 const KEY_COUNTS: &str = "KEY_COUNTS";
 const LOCK_STATE: &str = "LOCK_STATE";
-#[cfg(test)]
+/// Cleared when entries are deleted (`Forget::forget_processes`).
 const MAP_FULL: &str = "MAP_FULL";
 const STACKS: &str = "STACKS";
 const TID_HOLDING: &str = "TID_HOLDING";
@@ -138,9 +141,11 @@ const TARGET_MMS: &str = "TARGET_MMS";
 const TARGET_SLOTS: &str = "TARGET_SLOTS";
 const TARGET_TGIDS: &str = "TARGET_TGIDS";
 const THREAD_EXITS: &str = "THREAD_EXITS";
+const EXITED_PIDS: &str = "EXITED_PIDS";
+const MM_OF_TARGET: &str = "MM_OF_TARGET";
 /// Every core map, with the timeline's ring buffer.
 #[cfg(test)]
-const CORE_MAPS: [&str; 18] = [
+const CORE_MAPS: [&str; 20] = [
     AGG,
     ARMED,
     COUNTERS,
@@ -158,6 +163,8 @@ const CORE_MAPS: [&str; 18] = [
     TARGET_SLOTS,
     TARGET_TGIDS,
     THREAD_EXITS,
+    EXITED_PIDS,
+    MM_OF_TARGET,
     timeline::TIMELINE,
 ];
 
@@ -282,6 +289,30 @@ fn kernel_btf() -> Result<std::sync::Arc<aya::Btf>> {
     Ok(btf)
 }
 
+/// Loads and attaches `program` as the BTF tracepoint `event`, if the kernel has its BTF and
+/// takes it; else says what is `lost` without it and goes on (Ok(false)).
+fn attach_optional_btf(ebpf: &mut Ebpf, program: &str, event: &str, lost: &str) -> Result<bool> {
+    let btf = match kernel_btf() {
+        Ok(btf) => btf,
+        Err(err) => {
+            log::warn!("no kernel BTF for {event} ({err:#}): {lost}");
+            return Ok(false);
+        }
+    };
+    let started = std::time::Instant::now();
+    let loaded = self::program::<BtfTracePoint>(ebpf, program)?;
+    if let Err(err) = loaded.load(event, &btf) {
+        let err = load_failed(err, &format!("loading the {event} BTF tracepoint"));
+        log::warn!("{}: {lost}", crate::text::error_line(&err));
+        return Ok(false);
+    }
+    log_verified(program, loaded.info(), started.elapsed());
+    loaded
+        .attach()
+        .map_err(|e| explain_permission(anyhow!(e), &format!("attaching tp_btf/{event}")))?;
+    Ok(true)
+}
+
 fn forget_kernel_btf() {
     KERNEL_BTF.lock().unwrap_or_else(|e| e.into_inner()).take();
     // The parses (aya's loader makes its own) leave tens of MB of freed heap that glibc keeps
@@ -322,10 +353,12 @@ fn attach_tracepoints(
         );
         return Ok(false);
     }
+    let started = std::time::Instant::now();
     let program = program::<TracePoint>(ebpf, name)?;
     program
         .load()
         .map_err(|e| load_failed(e, &format!("loading {name}")))?;
+    log_verified(name, program.info(), started.elapsed());
     let mut attached = Vec::new();
     for tp in tps {
         match program.attach(tp.category, tp.name) {
@@ -400,8 +433,17 @@ impl Probes {
         let timeline_on = settings.timeline_threshold_ns > 0;
         raise_memlock_limit();
         let mut loader = EbpfLoader::new();
+        // The outside lockers' names too: a /proc reader loop beside a `-p` target starts
+        // hundreds of them a second, each named (1 MiB of kernel memory).
+        loader.map_max_entries(LOCKER_COMMS, SYSTEM_WIDE_PROCESSES);
         if settings.system_wide || settings.inherit {
-            for name in [TARGET_MMS, blockers::HOLDERS, LOCKER_COMMS, EXEC_COMMS] {
+            for name in [
+                TARGET_MMS,
+                MM_OF_TARGET,
+                blockers::HOLDERS,
+                EXEC_COMMS,
+                EXITED_PIDS,
+            ] {
                 loader.map_max_entries(name, SYSTEM_WIDE_PROCESSES);
             }
         }
@@ -463,6 +505,7 @@ impl Probes {
             (family.attach)(&mut attach, &mut features)?;
         }
         forget_kernel_btf();
+        let run_stats = self_cost::RunTimeStats::enable(settings.self_cost, &ebpf);
         Ok(Self {
             ebpf,
             timeline,
@@ -471,7 +514,7 @@ impl Probes {
             slots: settings.target_slots.then(Vec::new),
             lean_array: settings.target_slots && !settings.attribution && !settings.per_thread,
             lean_threads: !settings.attribution && !settings.per_thread,
-            run_stats: self_cost::RunTimeStats::enable(settings.self_cost),
+            run_stats,
             cpu_at_start: (self_cost::process_cpu_ns(), Instant::now()),
             trace_start_ns: 0,
             classic_links,

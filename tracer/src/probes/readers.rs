@@ -46,9 +46,19 @@ pub(super) fn fold_pending(ebpf: &Ebpf, capacity: usize, harvest: &mut Harvest) 
         .map(|(_, st)| st)
         .filter(|st| st.pending_wait.is_some() || st.pending_holds.iter().any(|h| h.is_some()))
         .collect();
+    fold_states(ebpf, capacity, harvest, &pending)
+}
+
+/// Adds what `pending` (lock states) left pending to `harvest`.
+pub(super) fn fold_states(
+    ebpf: &Ebpf,
+    capacity: usize,
+    harvest: &mut Harvest,
+    pending: &[LockState],
+) -> Result<()> {
     let holders: aya::maps::Array<_, HolderRecord> = map_ref(ebpf, blockers::HOLDER_INFO)?;
     let mask = holders.len() - 1;
-    pending::fold(harvest, &pending, capacity, |id| {
+    pending::fold(harvest, pending, capacity, |id| {
         let record = holders.get(&holder_slot(id, mask), 0).ok()?;
         (record.id == *id).then_some(record.holder)
     });
@@ -95,10 +105,13 @@ pub(super) fn delete_where<K: Pod, V: Pod>(
 }
 
 pub(super) fn delete_from<K: Pod>(ebpf: &Ebpf, name: &str, keys: &[K]) -> Result<usize> {
-    let map = ebpf
-        .map(name)
-        .ok_or_else(|| anyhow!("eBPF object has no map {name}"))?;
-    batch::delete_keys(map, keys).with_context(|| format!("deleting from {name}"))
+    batch::delete_keys(map_named(ebpf, name)?, keys)
+        .with_context(|| format!("deleting from {name}"))
+}
+
+pub(super) fn map_named<'a>(ebpf: &'a Ebpf, name: &str) -> Result<&'a aya::maps::Map> {
+    ebpf.map(name)
+        .ok_or_else(|| anyhow!("eBPF object has no map {name}"))
 }
 
 /// Every key of the hash map `name` (shared by all CPUs), with its value: in batches where the

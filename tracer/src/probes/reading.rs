@@ -15,6 +15,29 @@ impl Forget for Probes {
             .collect())
     }
 
+    fn take_pending(&self, gone: &HashSet<u32>) -> Result<Harvest> {
+        let of_gone = |st: &LockState| {
+            [&st.pending_wait, &st.pending_holds[0], &st.pending_holds[1]]
+                .iter()
+                .any(|p| {
+                    p.is_some() && (gone.contains(&p.key.pid) || gone.contains(&p.key.locker_pid))
+                })
+        };
+        let (keys, states): (Vec<StateKey>, Vec<LockState>) =
+            read_shared::<StateKey, LockState>(&self.ebpf, LOCK_STATE)?
+                .into_iter()
+                .filter(|(_, st)| of_gone(st))
+                .unzip();
+        let mut harvest = Harvest::default();
+        if states.is_empty() {
+            return Ok(harvest);
+        }
+        // Bound by no map: it goes to user space's windows.
+        fold_states(&self.ebpf, usize::MAX, &mut harvest, &states)?;
+        delete_from(&self.ebpf, LOCK_STATE, &keys)?;
+        Ok(harvest)
+    }
+
     /// Deletes the kernel entries of processes that are gone, as the mm owner or as an outside
     /// locker: nothing adds to them any more, and a daemon that has folded them into its
     /// series must not let the dead fill its maps. Returns the entries deleted.
@@ -24,14 +47,22 @@ impl Forget for Probes {
         }
         let of_gone = |k: &AggKey| gone.contains(&k.pid) || gone.contains(&k.locker_pid);
         let mut deleted = delete_where::<AggKey, AggValue>(&self.ebpf, AGG, of_gone)?;
-        // Empty without attribution (--lean): one read each.
+        // Empty without attribution (--lean): one read each. A living waiter's waits behind a
+        // gone outside locker (a /proc reader loop makes one a second) go too.
         deleted += delete_where::<BlockKey, BlockValue>(&self.ebpf, blockers::BLOCKED, |k| {
-            of_gone(&k.waiter)
+            crate::model::involves_gone(k, gone)
         })?;
         deleted += delete_where::<SleepKey, u64>(&self.ebpf, sched::SLEEPS, |k| of_gone(&k.hold))?;
         let comms: Vec<u32> = gone.iter().copied().collect();
         deleted += delete_from(&self.ebpf, LOCKER_COMMS, &comms)?;
         deleted += delete_from(&self.ebpf, EXEC_COMMS, &comms)?;
+        delete_from(&self.ebpf, EXITED_PIDS, &comms)?;
+        if deleted > 0 {
+            // A map that refused an insert is marked full, and the programs stop trying to
+            // insert into it (see tracer-ebpf's slot_of): it has room again.
+            let full = map_named(&self.ebpf, MAP_FULL)?;
+            batch::fill_array(full, 0).context("clearing MAP_FULL")?;
+        }
         Ok(deleted)
     }
 
@@ -84,6 +115,8 @@ impl Source for Probes {
         let entries: Vec<(AggKey, AggValue)> = read_shared(&self.ebpf, AGG)?;
         let blocked: Vec<(BlockKey, BlockValue)> = read_shared(&self.ebpf, blockers::BLOCKED)?;
         let timeline = self.timeline.iter().flat_map(TimelineReader::keys);
+        // Empty without attribution (--lean).
+        let wakers: Vec<(WakeKey, WakeValue)> = read_shared(&self.ebpf, wakers::WAKERS)?;
         let owners = entries
             .iter()
             .map(|(key, _)| key)
@@ -95,6 +128,12 @@ impl Source for Probes {
                     .iter()
                     .filter(|(key, _)| key.holder.user_stack >= 0)
                     .map(|(key, _)| holder_stack_owner(key)),
+            )
+            .chain(
+                wakers
+                    .iter()
+                    .filter(|(key, _)| key.waker_user_stack >= 0)
+                    .map(|(key, _)| key.waker_pid),
             );
         Ok(owners.collect())
     }
@@ -103,6 +142,15 @@ impl Source for Probes {
         let exits: PerCpuArray<_, u64> = map_ref(&self.ebpf, THREAD_EXITS)?;
         let sum = |slot: u32| -> Result<u64> { Ok(exits.get(&slot, 0)?.iter().sum()) };
         Ok((sum(EXITED_LIFETIME_NS)?, sum(EXITED_THREADS)?))
+    }
+
+    fn exited_pids(&self) -> Result<HashMap<u32, u64>> {
+        read_shared::<u32, u64>(&self.ebpf, EXITED_PIDS).map(|pids| pids.into_iter().collect())
+    }
+
+    fn exited_processes(&self) -> Result<u64> {
+        let exits: PerCpuArray<_, u64> = map_ref(&self.ebpf, THREAD_EXITS)?;
+        Ok(exits.get(&EXITED_PROCESSES, 0)?.iter().sum())
     }
 
     fn trace_start_ns(&self) -> u64 {

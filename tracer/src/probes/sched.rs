@@ -1,8 +1,8 @@
 //! The scheduler family: sched_switch as a BTF tracepoint (holders' off-CPU time) and the sleeps
 //! it locates. (sched_process_exit and fork, the targets' lifecycle, attach with mmap_lock.)
 
-use anyhow::{anyhow, Result};
-use aya::{programs::BtfTracePoint, Ebpf};
+use anyhow::Result;
+use aya::Ebpf;
 
 use super::{Family, Probes};
 use crate::model::Harvest;
@@ -32,26 +32,10 @@ fn read(probes: &Probes, harvest: &mut Harvest) -> Result<()> {
 }
 
 fn attach(ebpf: &mut Ebpf) -> Result<bool> {
-    let btf = match super::kernel_btf() {
-        Ok(btf) => btf,
-        Err(err) => {
-            log::warn!(
-                "no kernel BTF for sched_switch ({err:#}): holders' off-CPU time is left out"
-            );
-            return Ok(false);
-        }
-    };
-    let program = super::program::<BtfTracePoint>(ebpf, SCHED_SWITCH)?;
-    if let Err(err) = program.load("sched_switch", &btf) {
-        let err = super::load_failed(err, "loading the sched_switch BTF tracepoint");
-        log::warn!(
-            "{}: holders' off-CPU time is left out",
-            crate::text::error_line(&err)
-        );
-        return Ok(false);
-    }
-    program
-        .attach()
-        .map_err(|e| super::explain_permission(anyhow!(e), "attaching tp_btf/sched_switch"))?;
-    Ok(true)
+    super::attach_optional_btf(
+        ebpf,
+        SCHED_SWITCH,
+        "sched_switch",
+        "holders' off-CPU time is left out",
+    )
 }

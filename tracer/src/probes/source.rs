@@ -15,6 +15,10 @@ pub trait Forget {
     /// The threads with a lock state, each with whether it still holds an aggregation left
     /// pending (which user space must not drop).
     fn thread_states(&self) -> Result<Vec<(StateKey, bool)>>;
+    /// What the threads of processes that are gone left pending, which the kernel will never
+    /// add to its maps (an exec leaves the old mm's last operation pending), as a harvest;
+    /// their states are deleted.
+    fn take_pending(&self, gone: &HashSet<u32>) -> Result<Harvest>;
     /// Deletes the entries of processes that are gone; returns how many.
     fn forget_processes(&self, gone: &HashSet<u32>) -> Result<usize>;
     /// Deletes the per-thread state of threads that are gone; returns how many.
@@ -36,6 +40,11 @@ pub trait Source: Forget {
     fn user_stack_owners(&self) -> Result<HashSet<u32>>;
     /// (summed lifetimes inside the trace in ns, number) of the target threads that exited.
     fn exited_threads(&self) -> Result<(u64, u64)>;
+    /// How many traced processes have exited so far (their last thread).
+    fn exited_processes(&self) -> Result<u64>;
+    /// System-wide, traced processes whose last thread has exited and that have not been let go
+    /// of yet (all they did is in the maps), with how long that thread lived (ns).
+    fn exited_pids(&self) -> Result<HashMap<u32, u64>>;
     /// When the trace was armed (monotonic ns).
     fn trace_start_ns(&self) -> u64;
     /// Moves the timeline events written so far into memory.
