@@ -44,6 +44,12 @@ pub enum Mode {
     Hold(HoldArgs),
     /// Threads that only sleep, then exit.
     Idle(IdleArgs),
+    /// Start short-lived processes one after another, as a shell loop or a build does: each
+    /// runs a program that exits at once, waited for before the next.
+    Spawn(SpawnArgs),
+    /// Threads faulting pages of one region in and out beside a thread whose mprotect() splits
+    /// and merges that region's VMA: mmap_lock write holds that wait for the per-VMA lock.
+    VmaLock(VmaLockArgs),
     /// Threads reading a set of files over and over, with pread() or through mmap().
     Files(FilesArgs),
     /// Map a file without touching it (for proc-mem-read to fault in), while threads churn
@@ -191,6 +197,36 @@ pub struct IdleArgs {
     /// Number of sleeping threads besides the main one.
     #[arg(long, default_value_t = 2)]
     pub threads: u32,
+}
+
+#[derive(Debug, Args)]
+pub struct VmaLockArgs {
+    /// Number of faulting threads.
+    #[arg(long, default_value_t = 4)]
+    pub threads: u32,
+
+    /// Pages each faulting thread drops and faults in per round.
+    #[arg(long, default_value_t = 64)]
+    pub slice_pages: u32,
+
+    /// Wall time to run for.
+    #[arg(long, value_name = "SECS", default_value = "3", value_parser = parse_seconds)]
+    pub seconds: Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct SpawnArgs {
+    /// How many processes to start.
+    #[arg(long, default_value_t = 100)]
+    pub count: u32,
+
+    /// At most this many a second (0: as fast as they run).
+    #[arg(long, default_value_t = 0)]
+    pub per_second: u32,
+
+    /// The program each runs, without arguments.
+    #[arg(long, default_value = "/bin/true")]
+    pub program: PathBuf,
 }
 
 #[derive(Debug, Args)]

@@ -13,9 +13,11 @@ mod hostile;
 mod idle;
 mod memory;
 mod remote;
+mod spawn;
 mod start;
 mod stop;
 mod threads;
+mod vma;
 
 use std::fmt;
 use std::io::{self, Write};
@@ -46,6 +48,8 @@ fn main() -> Result<()> {
         Mode::Churn(args) => start.begin(out).and_then(|()| churn::run(args, out)),
         Mode::Hold(args) => start.begin(out).and_then(|()| hold::run(args, out)),
         Mode::Idle(args) => start.begin(out).and_then(|()| idle::run(args, out)),
+        Mode::Spawn(args) => start.begin(out).and_then(|()| spawn::run(args, out)),
+        Mode::VmaLock(args) => start.begin(out).and_then(|()| vma::run(args, out)),
         // Creates its files before `started`: writing thousands of them is not the work.
         Mode::Files(args) => files::run(args, start, out),
         // Sets its file up before `started`: the caller needs the mapping's address to aim an
