@@ -298,6 +298,7 @@ const EBPF_TIERS: [&[&str]; 4] = [
     &["causes", "context", "event", "filter", "maps", "records"],
     &[
         "blockers",
+        "holding",
         "lean",
         "operation",
         "pending",
@@ -312,6 +313,7 @@ const EBPF_TIERS: [&[&str]; 4] = [
         "mmap_lock",
         "sched",
         "syscalls",
+        "wakers",
     ],
     &[""],
 ];

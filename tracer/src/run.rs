@@ -6,7 +6,9 @@ use std::io::IsTerminal as _;
 use anyhow::{Context as _, Result};
 
 use crate::cli::{Cli, SelfCostArg, UserStackArg, View};
-use crate::collect::{FinalTrace, NoSink, Session, SessionSettings, Sink, Stops, Targets};
+use crate::collect::{
+    FinalTrace, Forgetting, NoSink, Session, SessionSettings, Sink, Stops, Targets,
+};
 use crate::exports::{Outputs, TimelineData};
 use crate::intervals::IntervalPrinter;
 use crate::launch::{Identity, Launched};
@@ -92,7 +94,11 @@ pub fn run(cli: Cli) -> Result<i32> {
         report_per_thread: cli.collect.per_thread,
         per_pid: cli.report.per_pid,
         debug_dirs: cli.report.debug_dir.clone(),
-        forget_the_gone: matches!(view, View::Serve),
+        forgetting: match view {
+            View::Serve => Forgetting::Entirely,
+            _ if targets.is_system_wide() => Forgetting::KeepingWhatTheyDid,
+            _ => Forgetting::Never,
+        },
     });
     let mut trace_with = |sink: &mut dyn Sink, probes: &mut Probes| {
         runtime.block_on(session.run(cli.target.duration, probes, sink, &mut stops))

@@ -5,7 +5,7 @@
 //! interval's report into the series (`model::series`), so that counters keep growing whatever
 //! became of the processes behind them. A profile request opens a window of the session and is
 //! answered once its seconds have passed, with the report the window closes with. The session
-//! lets go of the processes and threads that are gone (`SessionSettings::forget_the_gone`).
+//! lets go of the processes and threads that are gone (`Forgetting::Entirely`).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -84,12 +84,29 @@ impl StackSymbolizer {
     /// Symbolizes the stacks of `harvest` not symbolized yet (or cut short by an earlier
     /// deadline), within `SYMBOLIZE_BUDGET`.
     pub fn add(&mut self, harvest: &Harvest, mappings: &HashMap<u32, MappingHistory>) {
-        self.add_until(harvest, mappings, Instant::now() + SYMBOLIZE_BUDGET);
+        let deadline = Instant::now() + SYMBOLIZE_BUDGET;
+        self.add_until(harvest.stack_refs(), &harvest.stacks, mappings, deadline);
+    }
+
+    /// `add` for the user stacks alone: those need their processes' mappings, which are let go
+    /// of once the processes are gone; kernel stacks can wait for a report (the first names
+    /// the kernel's symbols, which takes a while).
+    pub fn add_user_stacks(&mut self, harvest: &Harvest, mappings: &HashMap<u32, MappingHistory>) {
+        let deadline = Instant::now() + SYMBOLIZE_BUDGET;
+        let mut users = harvest.stack_refs();
+        users.retain(|stack| matches!(stack, StackRef::User { .. }));
+        self.add_until(users, &harvest.stacks, mappings, deadline);
+    }
+
+    /// Whether `stack` is named (fully: not cut short by a deadline).
+    pub fn has(&self, stack: &StackRef) -> bool {
+        self.symbols.contains_key(stack) && !self.partial.contains(stack)
     }
 
     fn add_until(
         &mut self,
-        harvest: &Harvest,
+        refs: HashSet<StackRef>,
+        stacks: &HashMap<i32, Vec<u64>>,
         mappings: &HashMap<u32, MappingHistory>,
         deadline: Instant,
     ) {
@@ -97,11 +114,11 @@ impl StackSymbolizer {
         // Each process's perf map, looked for once per call rather than once per stack.
         let mut jit_maps: HashMap<u32, Option<Rc<PerfMap>>> = HashMap::new();
         let mut late = 0;
-        for stack in harvest.stack_refs() {
+        for stack in refs {
             if self.symbols.contains_key(&stack) && !self.partial.contains(&stack) {
                 continue;
             }
-            let Some(addrs) = harvest.stacks.get(&stack_id(stack)) else {
+            let Some(addrs) = stacks.get(&stack.id()) else {
                 continue;
             };
             let on_time = Instant::now() < deadline;
@@ -162,18 +179,23 @@ impl StackSymbolizer {
         Some(map)
     }
 
+    /// Drops what was named for process `pid`'s user stacks, and its JIT code names: once no
+    /// window keeps what it did, they only take room (a daemon beside a shell loop sees
+    /// hundreds of new processes a second), and a new process of the same pid has other stacks
+    /// under the same ids.
+    pub fn forget_process(&mut self, pid: u32) {
+        let of_pid = |stack: &StackRef| matches!(stack, StackRef::User { pid: p, .. } if *p == pid);
+        self.symbols.retain(|stack, _| !of_pid(stack));
+        self.partial.retain(|stack| !of_pid(stack));
+        self.perf_maps.remove(&pid);
+    }
+
     /// Forgets user stacks with frames outside every known mapping, so that a later `add`
     /// retries them once the mappings have been re-read (a library loaded after the last look).
     pub fn forget_unresolved(&mut self) {
         self.symbols.retain(|key, frames| {
             matches!(key, StackRef::Kernel(_)) || frames.iter().all(|f| f.module != UNKNOWN_MODULE)
         });
-    }
-}
-
-fn stack_id(stack: StackRef) -> i32 {
-    match stack {
-        StackRef::Kernel(id) | StackRef::User { id, .. } => id,
     }
 }
 
@@ -360,6 +382,29 @@ fn location(info: Option<&CodeInfo>) -> (Option<String>, Option<u32>) {
 mod tests {
     use super::*;
     use crate::system::procfs::Mapping;
+
+    #[test]
+    fn forgetting_a_process_drops_its_user_stacks_only() {
+        let mut symbolizer = StackSymbolizer::default();
+        let stacks = [
+            StackRef::Kernel(1),
+            StackRef::User { pid: 7, id: 1 },
+            StackRef::User { pid: 7, id: 2 },
+            StackRef::User { pid: 8, id: 1 },
+        ];
+        for stack in stacks {
+            symbolizer.symbols.insert(stack, Vec::new());
+        }
+        symbolizer.partial.insert(StackRef::User { pid: 7, id: 2 });
+        symbolizer.forget_process(7);
+        let mut left: Vec<StackRef> = symbolizer.symbols.keys().copied().collect();
+        left.sort_by_key(|s| format!("{s:?}"));
+        assert_eq!(
+            left,
+            [StackRef::Kernel(1), StackRef::User { pid: 8, id: 1 }]
+        );
+        assert!(symbolizer.partial.is_empty());
+    }
 
     fn lookup<'a>(
         symbolizer: &'a Symbolizer,

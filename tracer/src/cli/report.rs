@@ -81,7 +81,7 @@ pub struct ReportArgs {
 
     /// Keep each outside locker's process apart (by default the processes of one name that
     /// lock the targets' mm, a /proc reader loop's thousands of `cat`s, are one row with their
-    /// count).
+    /// count), and with -a the short-lived processes that are gone (by default folded by name).
     #[arg(long)]
     pub per_pid: bool,
 

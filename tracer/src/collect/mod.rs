@@ -22,7 +22,7 @@ use tokio::sync::Notify;
 use crate::model::{LiveSnapshot, Report};
 pub use crate::probes::source::Source;
 pub use session::{Ending, FinalTrace, Session, SessionSettings};
-pub use windows::{report_between, Mark, Split, WindowId};
+pub use windows::{report_between, Forgetting, Mark, Split, WindowId};
 
 /// How often liveness and thread counts are sampled, the timeline drained and the view asked
 /// whether to stop.
@@ -33,6 +33,9 @@ const MAPPINGS_EVERY: Duration = Duration::from_secs(1);
 /// How often the mapping lists and unwinders of processes that exited are let go (those whose
 /// stacks the collected data refers to are kept, to be symbolized at the end).
 const FORGET_DEAD_EVERY: Duration = Duration::from_secs(10);
+/// How often, at most, a session that forgets the gone reads the maps to let go of processes
+/// that exited (see `Session::forget_if_due`).
+const FORGET_GONE_EVERY: Duration = Duration::from_millis(250);
 
 /// Whether the loop goes on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -18,10 +18,10 @@ use crate::probes::source::{Forget, Source};
 use crate::system::procfs;
 
 use super::watch::Watch;
-use super::windows::{Mark, Windows};
+use super::windows::{Forgetting, Mark, Windows};
 use super::{
     deadline_after, Ask, Flow, Shown, Sink, Stops, Targets, Want, FORGET_DEAD_EVERY,
-    MAPPINGS_EVERY, TICK,
+    FORGET_GONE_EVERY, MAPPINGS_EVERY, TICK,
 };
 
 /// What a session is told at its start.
@@ -41,9 +41,8 @@ pub struct SessionSettings {
     pub per_pid: bool,
     /// Where to look for debug files before /usr/lib/debug (--debug-dir).
     pub debug_dirs: Vec<std::path::PathBuf>,
-    /// Let go of processes and threads once they are gone and shown (a daemon, whose memory
-    /// and maps must follow the processes alive, not all those it ever saw).
-    pub forget_the_gone: bool,
+    /// What becomes of processes and threads once they are gone (see `Forgetting`).
+    pub forgetting: Forgetting,
 }
 
 /// How the trace ended.
@@ -70,24 +69,45 @@ pub struct FinalTrace {
     pub timeline_dropped: u64,
 }
 
+/// Processes whose last thread lived less than this are folded by name once gone (unless
+/// `--per-pid`): a shell loop's, a build's, which a busy machine starts by the hundred.
+const SHORT_LIVED_NS: u64 = 1_000_000_000;
+
+/// The processes of `exited` (pid -> how long its last thread lived) that were short-lived.
+fn short_lived(exited: &HashMap<u32, u64>) -> HashSet<u32> {
+    exited
+        .iter()
+        .filter(|&(_, &lived)| lived < SHORT_LIVED_NS)
+        .map(|(&pid, _)| pid)
+        .collect()
+}
+
 pub struct Session {
     settings: SessionSettings,
     watch: Watch,
     windows: Windows,
-    /// Processes with entries that were gone at the last snapshot (`forget_the_gone`).
+    /// Processes with entries that were gone at the last snapshot (see `Forgetting`).
     gone_processes: GoneTwice<u32>,
-    /// Threads with a lock state that were gone at the last snapshot (`forget_the_gone`).
+    /// Threads with a lock state that were gone at the last snapshot (see `Forgetting`).
     gone_threads: GoneTwice<u32>,
+    /// When the maps were last read, and how many traced processes had exited then.
+    last_read: Option<Instant>,
+    exits_at_last_read: u64,
+    /// The processes the kernel saw exit before the last read of the maps.
+    exited_before_read: HashMap<u32, u64>,
 }
 
 impl Session {
     pub fn new(settings: SessionSettings) -> Self {
         Self {
-            windows: Windows::new(settings.per_pid, &settings.debug_dirs),
+            windows: Windows::new(settings.per_pid, settings.forgetting, &settings.debug_dirs),
             settings,
             watch: Watch::default(),
             gone_processes: GoneTwice::default(),
             gone_threads: GoneTwice::default(),
+            last_read: None,
+            exits_at_last_read: 0,
+            exited_before_read: HashMap::new(),
         }
     }
 
@@ -148,7 +168,8 @@ impl Session {
                 last_mappings = Some(now);
             }
             if now.duration_since(last_forget) >= FORGET_DEAD_EVERY {
-                self.watch.forget_dead_processes(source);
+                let kept = self.windows.kept_stack_owners();
+                self.watch.forget_dead_processes(source, &kept);
                 last_forget = now;
             }
             // System-wide, counting threads means a directory read per process: once a refresh.
@@ -172,7 +193,10 @@ impl Session {
                 self.watch.ended_by = "duration reached";
                 return None;
             }
-            match self.tick(sink, source) {
+            match self
+                .tick(sink, source)
+                .and_then(|flow| self.forget_if_due(source).map(|()| flow))
+            {
                 Ok(Flow::Continue) => {}
                 Ok(Flow::Stop) => {
                     self.watch.ended_by = "quit";
@@ -209,15 +233,7 @@ impl Session {
     /// windows it closes reported and those it opens opened. A session that forgets the gone
     /// does so once the snapshot is in the windows, before the closing.
     fn snapshot(&mut self, source: &dyn Source, at: Instant, ask: Ask) -> Result<Shown> {
-        self.watch.take_exec_names(source);
-        let mut harvest = source.snapshot()?;
-        self.watch.complete(&mut harvest);
-        self.windows.symbolize(&harvest, &self.watch.mappings);
-        let now = Mark {
-            harvest,
-            thread_time_ns: self.watch.thread_time_ns,
-            elapsed: self.watch.elapsed,
-        };
+        let now = self.read(source, at, true)?;
         let meta = self.window_meta();
         let live = self
             .windows
@@ -225,10 +241,7 @@ impl Session {
         if ask.reset {
             self.windows.reset();
         }
-        if self.settings.forget_the_gone {
-            self.forget_gone_processes(source);
-            self.forget_gone_threads(source);
-        }
+        self.forget_the_gone(source);
         let meta = self.window_meta();
         let closed = ask
             .close
@@ -242,6 +255,66 @@ impl Session {
             opened,
             closed,
         })
+    }
+
+    /// Reads the cumulative maps, completed with what the watch knows (unwound stacks,
+    /// faults). `shown`: for a view, whose new stacks are named now. A read only to let go of
+    /// the gone names none here (the first names the kernel's symbols, which takes long enough
+    /// for a busy machine to fill the maps meanwhile): `forget_if_due` names the user stacks of
+    /// the processes let go of once their keys are deleted.
+    fn read(&mut self, source: &dyn Source, at: Instant, shown: bool) -> Result<Mark> {
+        self.watch.take_exec_names(source);
+        let exits = source.exited_processes().unwrap_or(self.exits_at_last_read);
+        if self.settings.forgetting != Forgetting::Never {
+            self.exited_before_read = source.exited_pids().unwrap_or_default();
+        }
+        let mut harvest = source.snapshot()?;
+        (self.last_read, self.exits_at_last_read) = (Some(at), exits);
+        self.watch.complete(&mut harvest);
+        if shown {
+            self.windows.symbolize(&harvest, &self.watch.mappings);
+        }
+        Ok(Mark {
+            harvest,
+            thread_time_ns: self.watch.thread_time_ns,
+            elapsed: self.watch.elapsed,
+        })
+    }
+
+    /// Between the snapshots views ask for, a session that forgets the gone reads the maps
+    /// itself once processes have exited since the last read (or some gone at the last look
+    /// wait for their second), at most every FORGET_GONE_EVERY: a machine that starts hundreds
+    /// of processes a second fills the maps in seconds otherwise.
+    fn forget_if_due(&mut self, source: &dyn Source) -> Result<()> {
+        if self.settings.forgetting == Forgetting::Never {
+            return Ok(());
+        }
+        let now = Instant::now();
+        if self
+            .last_read
+            .is_some_and(|at| now.duration_since(at) < FORGET_GONE_EVERY)
+        {
+            return Ok(());
+        }
+        let exited = source.exited_processes().unwrap_or(0) != self.exits_at_last_read;
+        if !exited && !self.gone_processes.is_waiting() {
+            return Ok(());
+        }
+        let mark = self.read(source, now, false)?;
+        self.windows.note(mark);
+        self.forget_the_gone(source);
+        // Once their keys are gone from the maps: the first symbolization takes long.
+        self.windows
+            .symbolize_forgotten_user_stacks(&self.watch.mappings);
+        log::debug!("read the maps to let go of the gone in {:?}", now.elapsed());
+        Ok(())
+    }
+
+    fn forget_the_gone(&mut self, kernel: &dyn Forget) {
+        if self.settings.forgetting != Forgetting::Never {
+            self.forget_gone_processes(kernel);
+            self.forget_gone_threads(kernel);
+        }
     }
 
     /// The trace's facts as a window's report states them (narrowed to the window by
@@ -258,19 +331,33 @@ impl Session {
     /// Only processes already gone at the previous snapshot are forgotten: the one just taken
     /// was read after their end, so it holds all they did (one that ended while it was read
     /// could still have had operations after it).
+    ///
+    /// Those the kernel saw exit before the snapshot was read (`exited_before_read`) go at once.
     fn forget_gone_processes(&mut self, kernel: &dyn Forget) {
+        let exited = std::mem::take(&mut self.exited_before_read);
+        let others = self
+            .windows
+            .processes_seen()
+            .into_iter()
+            .filter(|pid| !exited.contains_key(pid));
         // A pid alive again in between was reused: the new process's entries stay.
-        let gone: HashSet<u32> = self
+        let mut gone: HashSet<u32> = self
             .gone_processes
-            .look(self.windows.processes_seen(), procfs::process_has_ended)
+            .look(others, procfs::process_has_ended)
             .into_iter()
             .collect();
+        gone.extend(exited.keys());
         if gone.is_empty() {
             return;
         }
+        let short_lived = short_lived(&exited);
         for &pid in &gone {
             self.gone_processes.let_go(pid);
         }
+        let pending = kernel.take_pending(&gone).unwrap_or_else(|err| {
+            log::warn!("reading what processes that are gone left pending: {err:#}");
+            Harvest::default()
+        });
         match kernel.forget_processes(&gone) {
             Ok(deleted) => log::debug!(
                 "forgot {} processes that are gone: {deleted} kernel entries",
@@ -278,7 +365,7 @@ impl Session {
             ),
             Err(err) => log::warn!("forgetting processes that are gone: {err:#}"),
         }
-        self.windows.forget_processes(&gone);
+        self.windows.forget_processes(&gone, &short_lived, &pending);
         self.watch.forget_names(&gone);
     }
 
@@ -369,9 +456,25 @@ impl Session {
         // Threads kept apart only for the tracer's own needs are merged, as a window merges
         // them when they are not asked for.
         let per_thread = self.settings.report_per_thread || !self.settings.collected_per_thread;
-        let (report, symbols) = self
-            .windows
-            .finish(last, &self.watch.mappings, &meta, per_thread);
+        // Those gone by now go as those forgotten before them did (their entries are whole:
+        // the programs are disarmed).
+        let (gone, short_lived) = match self.settings.forgetting {
+            Forgetting::KeepingWhatTheyDid => (
+                last.harvest
+                    .processes()
+                    .filter(|&pid| procfs::process_has_ended(pid))
+                    .collect(),
+                short_lived(&source.exited_pids().unwrap_or_default()),
+            ),
+            _ => (HashSet::new(), HashSet::new()),
+        };
+        let (report, symbols) = self.windows.finish(
+            last,
+            (&gone, &short_lived),
+            &self.watch.mappings,
+            &meta,
+            per_thread,
+        );
         log::info!(
             "symbolized {} stacks in {:?}",
             symbols.len(),
@@ -489,6 +592,7 @@ mod tests {
         snapshots_taken: Cell<u64>,
         drains: usize,
         exited_threads: u64,
+        exited_processes: u64,
         snapshot_fails: bool,
         holder: Option<u32>,
         disarmed: bool,
@@ -530,6 +634,9 @@ mod tests {
         fn thread_states(&self) -> Result<Vec<(StateKey, bool)>> {
             Ok(Vec::new())
         }
+        fn take_pending(&self, _: &HashSet<u32>) -> Result<Harvest> {
+            Ok(Harvest::default())
+        }
         fn forget_processes(&self, gone: &HashSet<u32>) -> Result<usize> {
             self.forgotten.borrow_mut().extend(gone);
             Ok(gone.len())
@@ -557,6 +664,12 @@ mod tests {
         }
         fn exited_threads(&self) -> Result<(u64, u64)> {
             Ok((1_000, self.exited_threads))
+        }
+        fn exited_processes(&self) -> Result<u64> {
+            Ok(self.exited_processes)
+        }
+        fn exited_pids(&self) -> Result<HashMap<u32, u64>> {
+            Ok(HashMap::new())
         }
         fn trace_start_ns(&self) -> u64 {
             procfs::monotonic_ns()
@@ -633,7 +746,7 @@ mod tests {
         }
     }
 
-    fn session(targets: Targets, forget_the_gone: bool) -> Session {
+    fn session(targets: Targets, forgetting: Forgetting) -> Session {
         Session::new(SessionSettings {
             targets,
             comm: "target".into(),
@@ -643,7 +756,7 @@ mod tests {
             report_per_thread: false,
             per_pid: false,
             debug_dirs: Vec::new(),
-            forget_the_gone,
+            forgetting,
         })
     }
 
@@ -696,7 +809,7 @@ mod tests {
             .into(),
             ..ScriptedSink::default()
         };
-        let mut session = session(this_process(), false);
+        let mut session = session(this_process(), Forgetting::Never);
         let ending = run_loop(&mut session, None, &mut source, &mut sink);
         assert!(ending.failure.is_none(), "{:?}", ending.failure);
         assert_eq!(ending.by, "quit");
@@ -733,7 +846,7 @@ mod tests {
             wants: [snapshot(), snapshot(), Want::Stop].into(),
             ..ScriptedSink::default()
         };
-        let mut session = session(this_process(), false);
+        let mut session = session(this_process(), Forgetting::Never);
         let ending = run_loop(&mut session, None, &mut source, &mut sink);
         assert!(ending.failure.is_none());
         let elapsed = session.watch.elapsed;
@@ -757,7 +870,7 @@ mod tests {
             wants: [open, snapshot(), Want::Stop].into(),
             ..ScriptedSink::default()
         };
-        let mut session = session(this_process(), false);
+        let mut session = session(this_process(), Forgetting::Never);
         run_loop(&mut session, None, &mut source, &mut sink);
         let window = sink.shown[0].opened[0];
         assert!(sink.shown[1].closed.is_empty());
@@ -797,7 +910,7 @@ mod tests {
             wants: [open, snapshot(), snapshot(), Want::Stop].into(),
             ..ScriptedSink::default()
         };
-        let mut session = session(this_process(), true);
+        let mut session = session(this_process(), Forgetting::Entirely);
         run_loop(&mut session, None, &mut source, &mut sink);
         // Gone at the first and second snapshots: forgotten at the second.
         assert_eq!(*source.forgotten.borrow(), [pid]);
@@ -824,13 +937,44 @@ mod tests {
     }
 
     #[test]
+    fn a_system_wide_session_reads_the_maps_itself_to_let_go_of_the_gone_and_reports_what_they_did()
+    {
+        let pid = gone_pid();
+        // The kernel saw a process exit: the session reads the maps without a view asking.
+        let mut source = FakeSource {
+            holder: Some(pid),
+            exited_processes: 1,
+            ..FakeSource::default()
+        };
+        let mut sink = ScriptedSink::default();
+        let mut session = session(this_process(), Forgetting::KeepingWhatTheyDid);
+        run_loop(&mut session, Some(1.5), &mut source, &mut sink);
+        assert!(sink.shown.is_empty());
+        // Gone at the first and second reads (FORGET_GONE_EVERY apart): forgotten at the
+        // second, and no read after it (nothing else exited).
+        assert_eq!(*source.forgotten.borrow(), [pid]);
+        assert_eq!(source.snapshots_taken.get(), 2);
+        let trace = session.finish(&mut source).unwrap();
+        // Its two holds (one per read) are in the report of the whole trace, although the
+        // final read no longer has them.
+        let holds: u64 = trace
+            .report
+            .entries
+            .iter()
+            .filter(|e| e.pid == pid)
+            .map(|e| e.count)
+            .sum();
+        assert_eq!(holds, 2, "{:?}", trace.report.entries);
+    }
+
+    #[test]
     fn a_sink_that_wants_a_last_snapshot_is_shown_one_after_the_end() {
         let mut source = FakeSource::default();
         let mut sink = ScriptedSink {
             at_end: Some(Ask::default()),
             ..ScriptedSink::default()
         };
-        let mut session = session(this_process(), false);
+        let mut session = session(this_process(), Forgetting::Never);
         let ending = run_loop(&mut session, Some(0.0), &mut source, &mut sink);
         assert_eq!(ending.by, "duration reached");
         assert_eq!(sink.polls, 0);
@@ -846,7 +990,7 @@ mod tests {
             at_end: Some(Ask::default()),
             ..ScriptedSink::default()
         };
-        let mut session = session(this_process(), false);
+        let mut session = session(this_process(), Forgetting::Never);
         let ending = run_loop(&mut session, Some(30.0), &mut source, &mut sink);
         assert_eq!(ending.by, "error");
         assert_eq!(
@@ -868,7 +1012,7 @@ mod tests {
             wants: [snapshot()].into(),
             ..ScriptedSink::default()
         };
-        let mut session = session(this_process(), false);
+        let mut session = session(this_process(), Forgetting::Never);
         let ending = run_loop(&mut session, Some(30.0), &mut source, &mut sink);
         assert_eq!(ending.by, "error");
         assert!(ending.failure.is_some());
@@ -879,7 +1023,7 @@ mod tests {
     fn the_duration_ends_the_trace_on_the_loops_clock() {
         let mut source = FakeSource::default();
         let started = Instant::now();
-        let mut session = session(this_process(), false);
+        let mut session = session(this_process(), Forgetting::Never);
         let ending = run_loop(
             &mut session,
             Some(0.35),
@@ -899,7 +1043,7 @@ mod tests {
     fn a_target_that_exits_ends_the_trace() {
         let mut source = FakeSource::default();
         let mut sink = ScriptedSink::default();
-        let mut session = session(Targets::Pids(vec![gone_pid()]), false);
+        let mut session = session(Targets::Pids(vec![gone_pid()]), Forgetting::Never);
         let ending = run_loop(&mut session, Some(30.0), &mut source, &mut sink);
         assert!(ending.failure.is_none());
         assert_eq!(ending.by, "target exited");

@@ -325,7 +325,8 @@ impl Watch {
     /// last call (a copied stack of theirs has had time to arrive) and that no collected stack
     /// belongs to, so that memory follows what was collected rather than every process that
     /// ever ran (`-a` during a build sees thousands).
-    pub(super) fn forget_dead_processes(&mut self, source: &dyn Source) {
+    /// `kept`: processes whose user stacks are kept beyond the kernel's maps (by windows).
+    pub(super) fn forget_dead_processes(&mut self, source: &dyn Source, kept: &HashSet<u32>) {
         let long_dead = self
             .dead
             .look(self.mappings.keys().copied(), procfs::process_has_ended);
@@ -339,7 +340,8 @@ impl Watch {
                 return;
             }
         };
-        for pid in long_dead.into_iter().filter(|pid| !owners.contains(pid)) {
+        let needed = |pid: &u32| owners.contains(pid) || kept.contains(pid);
+        for pid in long_dead.into_iter().filter(|pid| !needed(pid)) {
             self.mappings.remove(&pid);
             self.unwinder.forget(pid);
             self.dead.let_go(pid);

@@ -7,7 +7,10 @@ use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::model::{build_report, delta, Harvest, LiveSnapshot, Report, Symbols, TraceMeta};
+use crate::model::delta::{Folding, GoneByName};
+use crate::model::{
+    build_report, delta, Harvest, LiveSnapshot, Report, StackRef, Symbols, TraceMeta,
+};
 use crate::symbolize::StackSymbolizer;
 use crate::system::procfs::MappingHistory;
 
@@ -42,9 +45,11 @@ pub fn report_between(
     if !split.per_thread {
         window = delta::without_threads(&window);
     }
-    let mut locker_groups = HashMap::new();
+    let mut locker_groups = window.folded.clone();
     if !split.per_pid {
-        (window, locker_groups) = delta::outside_lockers_by_name(window);
+        let outside;
+        (window, outside) = delta::outside_lockers_by_name(window);
+        locker_groups.extend(outside);
     }
     let meta = TraceMeta {
         duration_ns: now.elapsed.saturating_sub(from.elapsed).as_nanos() as u64,
@@ -59,50 +64,153 @@ pub fn report_between(
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct WindowId(u64);
 
-struct OpenWindow {
+/// What a session does with the processes that are gone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Forgetting {
+    /// Nothing: a trace of listed processes keeps everything it saw.
+    Never,
+    /// They leave the kernel maps once read, so that a busy machine's short-lived processes do
+    /// not fill them (a system-wide trace); every window keeps what they did, folded by name
+    /// unless `--per-pid`, and the report of the whole trace has all of it.
+    KeepingWhatTheyDid,
+    /// They leave the maps and the trace: only the windows open when they went keep what they
+    /// did (a daemon, whose memory must follow the processes alive; its series hold the rest).
+    Entirely,
+}
+
+/// A window over the trace: the snapshot it starts at, and what the processes forgotten while
+/// it was open did in it (their entries left the snapshots and the start, not the window: a
+/// daemon forgets gone processes every second or so, and a profile of 30 s would lose every
+/// process that ended in it).
+#[derive(Clone, Default)]
+struct Window {
     from: Mark,
-    /// What processes forgotten while the window was open did: their entries left the
-    /// snapshots, not the window (a daemon forgets gone processes every fold, 10 s, and a
-    /// profile of 30 s lost every process that ended in it).
     forgotten: Harvest,
+}
+
+impl Window {
+    fn at(from: Mark) -> Self {
+        Self {
+            from,
+            forgotten: Harvest::default(),
+        }
+    }
+
+    /// The processes `gone` leave the window's start; `taken`, all they did since the trace
+    /// began (folded by `folding`), less what they had done at the start, stays in the window.
+    fn forget(&mut self, gone: &HashSet<u32>, taken: &Harvest, folding: &Folding) {
+        let before = folding.apply(&self.from.harvest.take_processes(gone));
+        self.forgotten.add_processes(&delta::since(taken, &before));
+    }
+
+    /// The window's report up to `now`.
+    fn report(&self, now: &Mark, symbols: &Symbols, meta: &TraceMeta, split: Split) -> Report {
+        if self.forgotten.entries.is_empty() && self.forgotten.blocked.is_empty() {
+            return report_between(now, &self.from, symbols, meta, split);
+        }
+        let mut now = now.clone();
+        now.harvest.add_processes(&self.forgotten);
+        report_between(&now, &self.from, symbols, meta, split)
+    }
+}
+
+/// What every window keeps of the processes let go of while it was open (fields apart, so
+/// that the symbolizer beside them can be borrowed mutably meanwhile).
+fn keeping<'a>(
+    interval: &'a Window,
+    cumulative: &'a Window,
+    whole: &'a Window,
+    open: &'a HashMap<WindowId, Window>,
+) -> impl Iterator<Item = &'a Harvest> {
+    [interval, cumulative, whole]
+        .into_iter()
+        .chain(open.values())
+        .map(|window| &window.forgotten)
 }
 
 /// The running windows of one trace, and the symbolizer that names their stacks.
 pub struct Windows {
-    /// Keep each outside locker's process apart in every report.
+    /// Keep each outside locker's process apart in every report, and gone processes unfolded.
     per_pid: bool,
+    forgetting: Forgetting,
     symbolizer: StackSymbolizer,
-    since: Mark,
+    /// The last snapshot read, shown or not: what the gone are taken from.
     previous: Mark,
+    /// Since the last snapshot shown.
+    interval: Window,
+    /// Since the start or the last reset.
+    cumulative: Window,
+    /// The whole trace (from nothing): only what the forgotten did.
+    whole: Window,
     was_reset: bool,
-    open: HashMap<WindowId, OpenWindow>,
+    open: HashMap<WindowId, Window>,
     next_id: u64,
+    gone_by_name: GoneByName,
+    /// Processes let go of whose named user stacks the symbolizer may still hold (a daemon
+    /// drops them once no window keeps what those processes did).
+    forgotten_named: HashSet<u32>,
 }
 
 impl Windows {
     /// `debug_dirs`: where to look for debug files before /usr/lib/debug (`--debug-dir`).
-    pub fn new(per_pid: bool, debug_dirs: &[PathBuf]) -> Self {
+    pub fn new(per_pid: bool, forgetting: Forgetting, debug_dirs: &[PathBuf]) -> Self {
         Self {
             per_pid,
+            forgetting,
             symbolizer: StackSymbolizer::new(debug_dirs),
-            since: Mark::default(),
             previous: Mark::default(),
+            interval: Window::default(),
+            cumulative: Window::default(),
+            whole: Window::default(),
             was_reset: false,
             open: HashMap::new(),
             next_id: 0,
+            gone_by_name: GoneByName::default(),
+            forgotten_named: HashSet::new(),
         }
     }
 
     /// From now on, the cumulative window starts at the last snapshot taken.
     pub fn reset(&mut self) {
-        self.since = self.previous.clone();
+        self.cumulative = Window::at(self.previous.clone());
         self.was_reset = true;
     }
 
-    /// Symbolizes what `harvest` brought that is new, with the mappings seen so far.
+    /// Symbolizes what `harvest` brought that is new, and what the windows keep of processes
+    /// let go of since (with the frames they took along), with the mappings seen so far.
     pub fn symbolize(&mut self, harvest: &Harvest, mappings: &HashMap<u32, MappingHistory>) {
         self.symbolizer.forget_unresolved();
         self.symbolizer.add(harvest, mappings);
+        let keeping = keeping(&self.interval, &self.cumulative, &self.whole, &self.open);
+        for forgotten in keeping {
+            self.symbolizer.add(forgotten, mappings);
+        }
+    }
+
+    /// Names the user stacks of what the windows keep of processes let go of, while their
+    /// mappings are at hand (kernel stacks wait for a report).
+    pub fn symbolize_forgotten_user_stacks(&mut self, mappings: &HashMap<u32, MappingHistory>) {
+        let keeping = keeping(&self.interval, &self.cumulative, &self.whole, &self.open);
+        for forgotten in keeping {
+            self.symbolizer.add_user_stacks(forgotten, mappings);
+        }
+    }
+
+    /// The processes whose user stacks the windows keep of processes let go of and have not
+    /// named yet: their mappings are still needed.
+    pub fn kept_stack_owners(&self) -> HashSet<u32> {
+        self.forgotten_parts()
+            .flat_map(Harvest::stack_refs)
+            .filter(|stack| !self.symbolizer.has(stack))
+            .filter_map(|stack| match stack {
+                StackRef::User { pid, id } if id != tracer_common::NO_STACK => Some(pid),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn forgotten_parts(&self) -> impl Iterator<Item = &Harvest> {
+        keeping(&self.interval, &self.cumulative, &self.whole, &self.open)
     }
 
     /// Closes the interval at `now` (a cumulative snapshot) and returns both windows as
@@ -116,10 +224,14 @@ impl Windows {
     ) -> LiveSnapshot {
         let symbols = self.symbolizer.symbols();
         let split = self.split(per_thread);
-        let interval = report_between(&now, &self.previous, symbols, meta, split);
-        let cumulative = report_between(&now, &self.since, symbols, meta, split);
+        let interval = self.interval.report(&now, symbols, meta, split);
+        let cumulative = self.cumulative.report(&now, symbols, meta, split);
         let elapsed_ns = now.elapsed.as_nanos() as u64;
+        self.interval = Window::at(now.clone());
         self.previous = now;
+        if self.forgetting == Forgetting::Entirely {
+            self.drop_unkept_user_symbols();
+        }
         LiveSnapshot {
             interval,
             cumulative,
@@ -130,15 +242,16 @@ impl Windows {
         }
     }
 
+    /// Takes `now` as the last snapshot without showing it (read only to let go of the gone).
+    pub fn note(&mut self, now: Mark) {
+        self.previous = now;
+    }
+
     /// Opens a window at the last snapshot taken.
     pub fn open(&mut self) -> WindowId {
         let id = WindowId(self.next_id);
         self.next_id += 1;
-        let window = OpenWindow {
-            from: self.previous.clone(),
-            forgotten: Harvest::default(),
-        };
-        self.open.insert(id, window);
+        self.open.insert(id, Window::at(self.previous.clone()));
         id
     }
 
@@ -146,11 +259,101 @@ impl Windows {
     /// the processes forgotten meanwhile did. None for a window not open.
     pub fn close(&mut self, id: WindowId, meta: &TraceMeta) -> Option<Report> {
         let window = self.open.remove(&id)?;
-        let mut now = self.previous.clone();
-        now.harvest.add_processes(&window.forgotten);
         let symbols = self.symbolizer.symbols();
-        let split = self.split(false);
-        Some(report_between(&now, &window.from, symbols, meta, split))
+        let report = window.report(&self.previous, symbols, meta, self.split(false));
+        if self.forgetting == Forgetting::Entirely {
+            self.drop_unkept_user_symbols();
+        }
+        Some(report)
+    }
+
+    /// Forgets the processes that are gone in the last snapshot and every window's start, as
+    /// the kernel maps forget them: a later snapshot without them (or with a new process of a
+    /// reused pid) then subtracts nothing of theirs. What they did (all of it: they were gone
+    /// when the snapshot was read, and `pending`, what the kernel never flushed for them)
+    /// stays in the windows that keep it (see `Forgetting`).
+    ///
+    /// Those of `short_lived` are folded by name, unless `--per-pid`.
+    pub fn forget_processes(
+        &mut self,
+        gone: &HashSet<u32>,
+        short_lived: &HashSet<u32>,
+        pending: &Harvest,
+    ) {
+        let mut taken = self.previous.harvest.take_processes(gone);
+        taken.add_processes(pending);
+        let folding = if self.per_pid {
+            Folding::default()
+        } else {
+            self.gone_by_name
+                .assign(gone, short_lived, &taken.locker_comms)
+        };
+        let taken = folding.apply(&taken);
+        for window in self.open.values_mut() {
+            window.forget(gone, &taken, &folding);
+        }
+        self.interval.forget(gone, &taken, &folding);
+        if self.forgetting == Forgetting::Entirely {
+            self.cumulative.from.harvest.forget_processes(gone);
+            self.forgotten_named.extend(gone);
+            self.drop_unkept_user_symbols();
+            return;
+        }
+        self.cumulative.forget(gone, &taken, &folding);
+        self.whole.forgotten.add_processes(&taken);
+    }
+
+    /// Drops the named user stacks of processes let go of that no window keeps anything of
+    /// (`Forgetting::Entirely`: the whole trace's window keeps everything otherwise).
+    fn drop_unkept_user_symbols(&mut self) {
+        if self.forgotten_named.is_empty() {
+            return;
+        }
+        let kept: HashSet<u32> = self
+            .forgotten_parts()
+            .flat_map(Harvest::stack_refs)
+            .filter_map(|stack| match stack {
+                StackRef::User { pid, .. } => Some(pid),
+                StackRef::Kernel(_) => None,
+            })
+            .collect();
+        let unkept: Vec<u32> = self
+            .forgotten_named
+            .iter()
+            .copied()
+            .filter(|pid| !kept.contains(pid))
+            .collect();
+        for pid in unkept {
+            self.symbolizer.forget_process(pid);
+            self.forgotten_named.remove(&pid);
+        }
+    }
+
+    /// The processes the last snapshot holds entries of (as mm owners or outside lockers).
+    pub fn processes_seen(&self) -> HashSet<u32> {
+        self.previous.harvest.processes().collect()
+    }
+
+    /// The report of the whole trace at its end, `last` its final read, named by everything the
+    /// windows symbolized and what `last` adds; with the symbols, for the timeline. `gone`:
+    /// processes already gone, let go of (and the `short_lived` folded) as those before them.
+    pub fn finish(
+        mut self,
+        last: Mark,
+        (gone, short_lived): (&HashSet<u32>, &HashSet<u32>),
+        mappings: &HashMap<u32, MappingHistory>,
+        meta: &TraceMeta,
+        per_thread: bool,
+    ) -> (Report, Symbols) {
+        self.symbolize(&last.harvest, mappings);
+        self.previous = last;
+        if self.forgetting == Forgetting::KeepingWhatTheyDid && !gone.is_empty() {
+            self.forget_processes(gone, short_lived, &Harvest::default());
+        }
+        let split = self.split(per_thread);
+        let symbols = self.symbolizer.into_symbols();
+        let report = self.whole.report(&self.previous, &symbols, meta, split);
+        (report, symbols)
     }
 
     fn split(&self, per_thread: bool) -> Split {
@@ -158,44 +361,5 @@ impl Windows {
             per_thread,
             per_pid: self.per_pid,
         }
-    }
-
-    /// Forgets the processes that are gone in every window's start, as the kernel maps forget
-    /// them: a later snapshot without them (or with a new process of a reused pid) then
-    /// subtracts nothing of theirs. Their part of the last snapshot (all they did, as they were
-    /// gone when it was read) goes to the open windows, which must still show it.
-    pub fn forget_processes(&mut self, gone: &HashSet<u32>) {
-        self.since.harvest.forget_processes(gone);
-        let forgotten = self.previous.harvest.take_processes(gone);
-        for window in self.open.values_mut() {
-            window.forgotten.add_processes(&forgotten);
-        }
-    }
-
-    /// The processes the last snapshot holds entries of (as mm owners or outside lockers).
-    pub fn processes_seen(&self) -> HashSet<u32> {
-        self.previous
-            .harvest
-            .entries
-            .iter()
-            .flat_map(|e| [e.key.pid, e.key.locker_pid])
-            .filter(|&pid| pid != 0)
-            .collect()
-    }
-
-    /// The report of the whole trace at its end, `last` its final read, named by everything the
-    /// windows symbolized and what `last` adds; with the symbols, for the timeline.
-    pub fn finish(
-        mut self,
-        last: Mark,
-        mappings: &HashMap<u32, MappingHistory>,
-        meta: &TraceMeta,
-        per_thread: bool,
-    ) -> (Report, Symbols) {
-        self.symbolize(&last.harvest, mappings);
-        let split = self.split(per_thread);
-        let symbols = self.symbolizer.into_symbols();
-        let report = report_between(&last, &Mark::default(), &symbols, meta, split);
-        (report, symbols)
     }
 }

@@ -3,14 +3,14 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::answer::{self, last_path_segment};
+use crate::model::place::{self, last_path_segment};
 use crate::model::report::Entry;
 use crate::model::Frame;
 use crate::present::short_frame;
 
-/// The frame that names a stack best (`model::answer::place`).
+/// The frame that names a stack best (`model::place::place`).
 pub(super) fn place(e: &Entry) -> String {
-    answer::place(&e.frames, e.stack_collected)
+    place::place(&e.frames, e.stack_collected)
 }
 
 /// What tells frames apart: where they are and what they are.

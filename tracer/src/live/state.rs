@@ -416,7 +416,7 @@ pub(crate) mod tests {
     use super::*;
     use crate::live::labels::place;
     use crate::live::pane::why_lines;
-    use crate::model::answer::last_path_segment;
+    use crate::model::place::last_path_segment;
     use crate::model::{
         build_report,
         report::tests::{attributed, sample},

@@ -6,7 +6,7 @@
 //! interval's maximum is only known to lie in its highest non-empty histogram slot, so the top
 //! of that slot (capped by the earlier record) is reported and flagged `max_is_upper_bound`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use tracer_common::{
     AggKey, AggValue, BlockKey, BlockValue, HolderKey, ModeTotals, SleepKey, HIST_SLOTS, KIND_WAIT,
@@ -36,6 +36,7 @@ pub fn since(now: &Harvest, before: &Harvest) -> Harvest {
         estimated_user_stacks,
         run_stats,
         tracer_cpu,
+        folded,
     } = now;
     let earlier: HashMap<&AggKey, &AggValue> =
         before.entries.iter().map(|e| (&e.key, &e.value)).collect();
@@ -74,6 +75,7 @@ pub fn since(now: &Harvest, before: &Harvest) -> Harvest {
         in_flight: *in_flight,
         features: *features,
         estimated_user_stacks: estimated_user_stacks.clone(),
+        folded: folded.clone(),
     }
 }
 
@@ -185,18 +187,18 @@ pub fn without_threads(harvest: &Harvest) -> Harvest {
         }
         key
     };
-    fold_keys(harvest, untid, |holder| holder)
+    fold_keys(harvest, untid, |block| block.holder)
 }
 
 /// Outside lockers of one name folded into one, by the smallest of their pids: that pid ->
 /// every pid of the name (only names of more than one process).
-pub type LockerGroups = HashMap<u32, Vec<u32>>;
+pub type ProcessGroups = HashMap<u32, Vec<u32>>;
 
 /// Folds the outside lockers that share a name (the kernel's record of it) into one locker:
 /// a /proc reader loop's thousands of short-lived `cat`s become one `cat`, with the processes
 /// it stands for. A folded locker's keys lose their thread and user stack (these lie in as many
 /// processes as there were pids; the kernel stack says what it did).
-pub fn outside_lockers_by_name(harvest: Harvest) -> (Harvest, LockerGroups) {
+pub fn outside_lockers_by_name(harvest: Harvest) -> (Harvest, ProcessGroups) {
     let mut by_name: HashMap<&str, Vec<u32>> = HashMap::new();
     let lockers = harvest
         .entries
@@ -209,10 +211,18 @@ pub fn outside_lockers_by_name(harvest: Harvest) -> (Harvest, LockerGroups) {
             by_name.entry(name).or_default().push(pid);
         }
     }
-    let groups: LockerGroups = by_name
+    // A locker that stands for gone processes already folded (`fold_gone`) brings them along.
+    let members = |pid: &u32| {
+        harvest
+            .folded
+            .get(pid)
+            .cloned()
+            .unwrap_or_else(|| vec![*pid])
+    };
+    let groups: ProcessGroups = by_name
         .into_values()
         .filter(|pids| pids.len() > 1)
-        .map(|pids| (pids[0], pids))
+        .map(|pids| (pids[0], pids.iter().flat_map(members).collect()))
         .collect();
     if groups.is_empty() {
         // The usual case: the window as it is, not a copy of it.
@@ -228,7 +238,8 @@ pub fn outside_lockers_by_name(harvest: Harvest) -> (Harvest, LockerGroups) {
         }
         key
     };
-    let holder = |mut key: HolderKey| {
+    let holder = |block: &BlockKey| {
+        let mut key = block.holder;
         if let Some(&first) = folded.get(&key.outside_pid) {
             (key.outside_pid, key.tid, key.user_stack) = (first, 0, NO_STACK);
         }
@@ -237,13 +248,114 @@ pub fn outside_lockers_by_name(harvest: Harvest) -> (Harvest, LockerGroups) {
     (fold_keys(&harvest, agg, holder), groups)
 }
 
+/// The gone processes of a system-wide trace folded by name, across the whole trace: the first
+/// gone process of each name carries the keys of every later one. A busy machine's short-lived
+/// processes (a shell loop's thousands of `true`s) become one row per name, and what the trace
+/// keeps of them grows with their names, not their number.
+#[derive(Debug, Default)]
+pub struct GoneByName {
+    first_of: HashMap<String, u32>,
+}
+
+/// How one batch of gone processes folds: pid -> the pid it folds into (itself for the first
+/// of its name), and the names of those.
+#[derive(Debug, Default)]
+pub struct Folding {
+    into: HashMap<u32, u32>,
+    names: HashMap<u32, String>,
+}
+
+impl GoneByName {
+    /// How the processes `gone`, named by `names`, fold: the `short_lived`, and any of a name
+    /// that already folds (however long it lived: under a loaded machine a shell loop's
+    /// `true` may take a second). One without a name stays apart.
+    pub fn assign(
+        &mut self,
+        gone: &HashSet<u32>,
+        short_lived: &HashSet<u32>,
+        names: &HashMap<u32, String>,
+    ) -> Folding {
+        let mut pids: Vec<u32> = gone.iter().copied().collect();
+        // The smallest pid of a batch is its name's first: the same trace, the same report.
+        pids.sort_unstable();
+        let mut folding = Folding::default();
+        for pid in pids {
+            let Some(name) = names.get(&pid) else {
+                continue;
+            };
+            if !short_lived.contains(&pid) && !self.first_of.contains_key(name) {
+                continue;
+            }
+            let first = *self.first_of.entry(name.clone()).or_insert(pid);
+            folding.into.insert(pid, first);
+            folding.names.insert(first, name.clone());
+        }
+        folding
+    }
+}
+
+impl Folding {
+    /// `harvest` with the processes folded. A key moved to another pid loses its thread and
+    /// its user stack, which lie in the address space of a process that is no more (its kernel
+    /// stack and cause say what it did); the first of a name keeps its own. `folded` records
+    /// every pid that went into each.
+    pub fn apply(&self, harvest: &Harvest) -> Harvest {
+        if self.into.is_empty() {
+            return harvest.clone();
+        }
+        let moved = |pid: u32| self.into.get(&pid).copied().filter(|&first| first != pid);
+        let agg = |mut key: AggKey| {
+            if let Some(first) = moved(key.pid) {
+                key.pid = first;
+                if key.locker_pid == 0 {
+                    (key.tid, key.user_stack) = (0, NO_STACK);
+                }
+            }
+            if let Some(first) = moved(key.locker_pid) {
+                (key.locker_pid, key.tid, key.user_stack) = (first, 0, NO_STACK);
+            }
+            key
+        };
+        let holder = |block: &BlockKey| {
+            let mut key = block.holder;
+            let process = match key.outside_pid {
+                0 => block.waiter.pid,
+                outside => outside,
+            };
+            if let Some(first) = moved(process) {
+                if key.outside_pid != 0 {
+                    key.outside_pid = first;
+                }
+                (key.tid, key.user_stack) = (0, NO_STACK);
+            }
+            key
+        };
+        let mut out = fold_keys(harvest, agg, holder);
+        let present: HashSet<u32> = harvest.processes().collect();
+        for (&pid, &first) in self.into.iter().filter(|(pid, _)| present.contains(pid)) {
+            out.folded.entry(first).or_default().push(pid);
+        }
+        for group in out.folded.values_mut() {
+            group.sort_unstable();
+            group.dedup();
+        }
+        out.locker_comms.retain(|&pid, _| moved(pid).is_none());
+        for &first in out.folded.keys() {
+            if let Some(name) = self.names.get(&first) {
+                out.locker_comms.insert(first, name.clone());
+            }
+        }
+        out
+    }
+}
+
 /// The harvest with its keys mapped by `agg` (entries, and the waiters, holds and estimated
-/// stacks keyed by them) and `holder` (the holders waits were charged to); entries and records
-/// whose keys become equal are merged.
+/// stacks keyed by them) and `holder` (the holders waits were charged to, given the whole
+/// record's key); entries and records whose keys become equal are merged.
 fn fold_keys(
     harvest: &Harvest,
     agg: impl Fn(AggKey) -> AggKey,
-    holder: impl Fn(HolderKey) -> HolderKey,
+    holder: impl Fn(&BlockKey) -> HolderKey,
 ) -> Harvest {
     let Harvest {
         entries,
@@ -260,6 +372,7 @@ fn fold_keys(
         estimated_user_stacks,
         run_stats,
         tracer_cpu,
+        folded,
     } = harvest;
     let mut merged: Vec<RawEntry> = Vec::with_capacity(entries.len());
     let mut index: HashMap<AggKey, usize> = HashMap::new();
@@ -283,7 +396,7 @@ fn fold_keys(
             blocked.iter().map(|(k, v)| {
                 let key = BlockKey {
                     waiter: agg(k.waiter),
-                    holder: holder(k.holder),
+                    holder: holder(k),
                 };
                 (key, *v)
             }),
@@ -312,6 +425,7 @@ fn fold_keys(
         timeline: timeline.clone(),
         run_stats: run_stats.clone(),
         tracer_cpu: *tracer_cpu,
+        folded: folded.clone(),
     }
 }
 
@@ -438,6 +552,116 @@ mod tests {
         });
         assert!(none.is_empty());
         assert_eq!(same.entries.len(), 1);
+    }
+
+    /// A process's own hold of its mm, by thread `tid`, with a user stack.
+    fn own_hold(pid: u32, tid: u32, ns: u64) -> RawEntry {
+        let mut e = entry(tid, KIND_HOLD, &[ns]);
+        (e.key.pid, e.key.user_stack) = (pid, 40);
+        e
+    }
+
+    #[test]
+    fn gone_processes_of_one_name_fold_into_the_first_across_batches() {
+        let mut gone_by_name = GoneByName::default();
+        let names = |pids: &[(u32, &str)]| -> HashMap<u32, String> {
+            pids.iter().map(|&(p, n)| (p, n.to_string())).collect()
+        };
+        let first = Harvest {
+            entries: vec![own_hold(20, 20, 1_000), own_hold(21, 21, 2_000)],
+            locker_comms: names(&[(20, "true"), (21, "true")]),
+            ..Harvest::default()
+        };
+        let folding = gone_by_name.assign(&[20, 21].into(), &[20, 21].into(), &first.locker_comms);
+        let folded = folding.apply(&first);
+        // The first keeps its thread and stack; the other's key moves to it without them.
+        let mut keys: Vec<(u32, u32, i32)> = folded
+            .entries
+            .iter()
+            .map(|e| (e.key.pid, e.key.tid, e.key.user_stack))
+            .collect();
+        keys.sort_unstable();
+        assert_eq!(keys, [(20, 0, NO_STACK), (20, 20, 40)]);
+        assert_eq!(folded.folded, HashMap::from([(20, vec![20, 21])]));
+        assert_eq!(folded.locker_comms, names(&[(20, "true")]));
+
+        // A later batch: its `true` folds into the same first, even one that lived long (30), a
+        // short-lived new name starts its own, a long-lived one stays apart (32).
+        let later = Harvest {
+            entries: vec![
+                own_hold(30, 30, 4_000),
+                own_hold(31, 31, 8_000),
+                own_hold(32, 32, 16_000),
+            ],
+            locker_comms: names(&[(30, "true"), (31, "sh"), (32, "make")]),
+            ..Harvest::default()
+        };
+        let folded_later = gone_by_name
+            .assign(&[30, 31, 32].into(), &[31].into(), &later.locker_comms)
+            .apply(&later);
+        let mut all = folded.clone();
+        all.add_processes(&folded_later);
+        assert_eq!(all.folded[&20], vec![20, 21, 30]);
+        assert_eq!(all.folded[&31], vec![31]);
+        assert!(!all.folded.contains_key(&32));
+        let make = all.entries.iter().find(|e| e.key.pid == 32).unwrap();
+        assert_eq!((make.key.tid, make.key.user_stack), (32, 40));
+        let true_ns: u64 = all
+            .entries
+            .iter()
+            .filter(|e| e.key.pid == 20)
+            .map(|e| e.value.total_ns)
+            .sum();
+        assert_eq!(true_ns, 7_000);
+        // The first `sh` keeps its own name, thread and stack.
+        let sh = all.entries.iter().find(|e| e.key.pid == 31).unwrap();
+        assert_eq!((sh.key.tid, sh.key.user_stack), (31, 40));
+        assert_eq!(all.locker_comms.get(&31).map(String::as_str), Some("sh"));
+    }
+
+    #[test]
+    fn a_gone_process_without_a_name_stays_apart_and_holders_follow_their_process() {
+        let mut gone_by_name = GoneByName::default();
+        let waiter = own_hold(41, 41, 500).key;
+        let holder = HolderKey {
+            kernel_stack: 5,
+            user_stack: 60,
+            tid: 41,
+            ..HolderKey::default()
+        };
+        let harvest = Harvest {
+            entries: vec![
+                own_hold(40, 40, 100),
+                own_hold(41, 41, 500),
+                own_hold(42, 42, 9),
+            ],
+            blocked: vec![(
+                BlockKey { waiter, holder },
+                BlockValue {
+                    count: 1,
+                    wait_ns: 50,
+                },
+            )],
+            locker_comms: HashMap::from([(40, "make".into()), (41, "make".into())]),
+            ..Harvest::default()
+        };
+        let all: HashSet<u32> = [40, 41, 42].into();
+        let folded = gone_by_name
+            .assign(&all, &all, &harvest.locker_comms)
+            .apply(&harvest);
+        assert!(folded
+            .entries
+            .iter()
+            .any(|e| e.key.pid == 42 && e.key.tid == 42));
+        assert!(!folded.folded.contains_key(&42));
+        // A holder inside a folded process loses the thread and stack of a gone address space.
+        let (key, _) = folded.blocked[0];
+        assert_eq!(key.waiter.pid, 40);
+        assert_eq!((key.holder.tid, key.holder.user_stack), (0, NO_STACK));
+        // Nothing to fold: the harvest as it was.
+        let none = Folding::default().apply(&harvest);
+        assert_eq!(none.entries.len(), 3);
+        assert!(none.folded.is_empty());
     }
 
     fn harvest(entries: Vec<RawEntry>, unpaired: u64) -> Harvest {

@@ -7,6 +7,7 @@ pub mod delta;
 pub mod histogram;
 pub mod invariants;
 pub(crate) mod json_figures;
+pub mod place;
 pub mod processes;
 pub mod report;
 pub mod retention;
@@ -104,6 +105,9 @@ pub struct Harvest {
     pub run_stats: self_cost::RunStats,
     /// The tracer process's own CPU time since the trace started.
     pub tracer_cpu: self_cost::TracerCpu,
+    /// Processes gone and folded by name (`delta::fold_gone`): the pid their keys carry -> every
+    /// pid it stands for.
+    pub folded: delta::ProcessGroups,
 }
 
 impl Harvest {
@@ -124,7 +128,7 @@ impl Harvest {
         self.entries = kept;
         let (blocked, kept) = std::mem::take(&mut self.blocked)
             .into_iter()
-            .partition(|(k, _)| of_gone(&k.waiter));
+            .partition(|(k, _)| involves_gone(k, gone));
         self.blocked = kept;
         let (sleeps, kept) = std::mem::take(&mut self.sleeps)
             .into_iter()
@@ -138,44 +142,80 @@ impl Harvest {
             .into_iter()
             .partition(of_gone);
         self.estimated_user_stacks = kept;
-        Harvest {
+        let (folded, kept) = std::mem::take(&mut self.folded)
+            .into_iter()
+            .partition(|(pid, _)| gone.contains(pid));
+        self.folded = kept;
+        let mut taken = Harvest {
             entries,
             blocked,
             sleeps,
             locker_comms,
             estimated_user_stacks,
+            folded,
             ..Harvest::default()
-        }
+        };
+        // The frames of their stacks go with them: later snapshots read only the stacks their
+        // own entries refer to.
+        taken.stacks = taken
+            .stack_refs()
+            .into_iter()
+            .filter_map(|stack| {
+                let id = stack.id();
+                Some((id, self.stacks.get(&id)?.clone()))
+            })
+            .collect();
+        taken
+    }
+
+    /// The processes the harvest has keys of: mm owners, outside lockers, and the outside
+    /// holders waits were charged to.
+    pub fn processes(&self) -> impl Iterator<Item = u32> + '_ {
+        let entries = self
+            .entries
+            .iter()
+            .flat_map(|e| [e.key.pid, e.key.locker_pid]);
+        let holders = self.blocked.iter().map(|(k, _)| k.holder.outside_pid);
+        entries.chain(holders).filter(|&pid| pid != 0)
     }
 
     /// Adds `part` (processes' shares from `take_processes`) to this snapshot; a key both
     /// hold (a reused pid's) is merged.
     pub fn add_processes(&mut self, part: &Harvest) {
-        for entry in &part.entries {
-            match self.entries.iter_mut().find(|e| e.key == entry.key) {
-                Some(same) => same.merge(entry),
-                None => self.entries.push(entry.clone()),
-            }
-        }
-        for (key, value) in &part.blocked {
-            match self.blocked.iter_mut().find(|(k, _)| k == key) {
-                Some((_, same)) => same.merge(value),
-                None => self.blocked.push((*key, *value)),
-            }
-        }
-        for (key, ns) in &part.sleeps {
-            match self.sleeps.iter_mut().find(|(k, _)| k == key) {
-                Some((_, same)) => *same += ns,
-                None => self.sleeps.push((*key, *ns)),
-            }
-        }
+        merge_into(
+            &mut self.entries,
+            part.entries.iter().map(|e| (e.key, e.clone())),
+            |e| e.key,
+            |into, e| into.merge(e),
+        );
+        merge_into(
+            &mut self.blocked,
+            part.blocked.iter().map(|&(k, v)| (k, (k, v))),
+            |(k, _)| *k,
+            |(_, into), (_, v)| into.merge(v),
+        );
+        merge_into(
+            &mut self.sleeps,
+            part.sleeps.iter().map(|&(k, ns)| (k, (k, ns))),
+            |(k, _)| *k,
+            |(_, into), (_, ns)| *into += ns,
+        );
         for (pid, comm) in &part.locker_comms {
             self.locker_comms
                 .entry(*pid)
                 .or_insert_with(|| comm.clone());
         }
+        for (id, frames) in &part.stacks {
+            self.stacks.entry(*id).or_insert_with(|| frames.clone());
+        }
         self.estimated_user_stacks
             .extend(part.estimated_user_stacks.iter().copied());
+        for (pid, pids) in &part.folded {
+            let group = self.folded.entry(*pid).or_default();
+            group.extend(pids);
+            group.sort_unstable();
+            group.dedup();
+        }
     }
 
     /// Every stack the report will show: entries' and timeline events' own, the holders their
@@ -201,6 +241,14 @@ impl Harvest {
         }
         for (key, _) in &self.sleeps {
             refs.insert(StackRef::Kernel(key.stack));
+        }
+        for (key, _) in &self.sections.wakers.0 {
+            refs.insert(StackRef::Kernel(key.sleep_stack));
+            refs.insert(StackRef::Kernel(key.waker_kernel_stack));
+            refs.insert(StackRef::User {
+                pid: key.waker_pid,
+                id: key.waker_user_stack,
+            });
         }
         refs.retain(|r| match r {
             StackRef::Kernel(id) | StackRef::User { id, .. } => *id >= 0,
@@ -257,6 +305,8 @@ pub struct Features {
     /// The kernel tries a per-VMA lock first on a page fault (Linux 6.4); without, every
     /// user page fault takes mmap_lock.
     pub per_vma_locks: bool,
+    /// tp_btf/sched_waking: who woke the holders that slept.
+    pub wakers: bool,
 }
 
 /// What the live view shows at one refresh: the last interval, and everything since the start
@@ -304,6 +354,48 @@ pub enum StackRef {
     User { pid: u32, id: i32 },
 }
 
+/// Whether a BLOCKED key is of a gone process: its waiter's, or an outside holder's (the
+/// holder's own process's keys are its waiter's). `gone` never holds 0, the pid of nobody.
+pub fn involves_gone(key: &BlockKey, gone: &HashSet<u32>) -> bool {
+    gone.contains(&key.waiter.pid)
+        || gone.contains(&key.waiter.locker_pid)
+        || gone.contains(&key.holder.outside_pid)
+}
+
+/// Adds `items` to `into`, merging each into the item of the same key if there is one: one
+/// pass with an index (a system-wide trace adds the processes it lets go of, thousands of
+/// entries at a time, to all they did before).
+fn merge_into<K: Copy + Eq + std::hash::Hash, T>(
+    into: &mut Vec<T>,
+    items: impl Iterator<Item = (K, T)>,
+    key_of: impl Fn(&T) -> K,
+    merge: impl Fn(&mut T, &T),
+) {
+    let mut index: HashMap<K, usize> = into
+        .iter()
+        .enumerate()
+        .map(|(i, item)| (key_of(item), i))
+        .collect();
+    for (key, item) in items {
+        match index.get(&key) {
+            Some(&i) => merge(&mut into[i], &item),
+            None => {
+                index.insert(key, into.len());
+                into.push(item);
+            }
+        }
+    }
+}
+
+impl StackRef {
+    /// The id of the stack map (or of the unwound stacks) whose frames it names.
+    pub fn id(self) -> i32 {
+        match self {
+            StackRef::Kernel(id) | StackRef::User { id, .. } => id,
+        }
+    }
+}
+
 /// Symbolized stacks, looked up by the ids in `AggKey`.
 pub type Symbols = HashMap<StackRef, Vec<Frame>>;
 
@@ -336,6 +428,29 @@ mod tests {
             .collect();
         assert_eq!(left, [(2, 0)]);
         assert_eq!(harvest.locker_comms.keys().collect::<Vec<_>>(), [&4]);
+    }
+
+    #[test]
+    fn a_living_waiters_waits_behind_a_gone_outside_locker_go_with_the_locker() {
+        let block = |waiter, outside_holder| {
+            let mut key = BlockKey::default();
+            key.waiter.pid = waiter;
+            key.holder.outside_pid = outside_holder;
+            (key, BlockValue::ZERO)
+        };
+        let mut harvest = Harvest {
+            blocked: vec![block(10, 0), block(10, 7), block(10, 8)],
+            ..Harvest::default()
+        };
+        let taken = harvest.take_processes(&[7].into());
+        let holders = |h: &Harvest| -> Vec<u32> {
+            h.blocked
+                .iter()
+                .map(|(k, _)| k.holder.outside_pid)
+                .collect()
+        };
+        assert_eq!(holders(&taken), [7]);
+        assert_eq!(holders(&harvest), [0, 8], "the living holders' stay");
     }
 
     #[test]

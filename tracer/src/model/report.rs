@@ -7,6 +7,7 @@ use tracer_common::{
 };
 
 use super::processes::process_rows;
+use super::processes::UNKNOWN_COMM;
 pub use super::schema::*;
 use super::sections::{Inputs, Sections};
 use super::self_cost::{self_cost, Window};
@@ -60,6 +61,16 @@ pub fn build_report(harvest: &Harvest, symbols: &Symbols, meta: &TraceMeta) -> R
             &Inputs {
                 entries: &harvest.entries,
                 cause: &|k| cause_of(k.syscall, k.fault, index.kernel(k.kernel_stack)),
+                kernel_frames: &|stack| {
+                    index
+                        .kernel(stack)
+                        .map(<[Frame]>::to_vec)
+                        .unwrap_or_default()
+                },
+                frames: &|kernel, user, owner| index.frames(kernel, user, owner),
+                name: &|pid| {
+                    process_name(harvest, meta, pid).unwrap_or_else(|| UNKNOWN_COMM.to_string())
+                },
             },
         ),
         features: harvest.features,

@@ -41,6 +41,11 @@ impl<K: Copy + Eq + Hash> GoneTwice<K> {
         twice
     }
 
+    /// Whether some were gone at the last look, waiting for a second one.
+    pub fn is_waiting(&self) -> bool {
+        !self.gone_at_last_look.is_empty()
+    }
+
     /// Forgets `key` as gone: a pid or tid reused afterwards starts afresh, at its own first
     /// look after its end.
     pub fn let_go(&mut self, key: K) {

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 
 use tracer_common::ModeTotals;
 
+use crate::model::place::NO_STACK_PLACE;
 use crate::model::processes::UNKNOWN_COMM;
 use crate::model::self_cost::SelfCost;
 use crate::model::unwound::UserStackKind;
@@ -156,13 +157,18 @@ fn answer(out: &mut String, r: &Report) {
 /// `    75%   750.0 µs  write munmap     munmap`: an answer line's share, time, mode, cause and
 /// the frame that names it.
 fn answer_head(share: f64, ns: u64, mode: Mode, cause: Cause, place: &str) -> String {
+    // `no stack (short)` already says there is no stack to name a place by.
+    let place = if cause == Cause::NoStack && place == NO_STACK_PLACE {
+        "".into()
+    } else {
+        escaped(place)
+    };
     format!(
-        "  {:>4.0}% {:>10}  {:<5} {:<10} {}",
+        "  {:>4.0}% {:>10}  {:<5} {:<10} {place}",
         share * 100.0,
         human_ns(ns),
         mode.label(),
         cause.label(),
-        escaped(place)
     )
 }
 
@@ -214,17 +220,26 @@ fn processes(out: &mut String, r: &Report, top: usize) {
         r.processes.len().min(top),
         r.processes.len()
     );
+    let shown = &r.processes[..r.processes.len().min(top)];
+    let names: Vec<String> = shown.iter().map(process_name).collect();
+    // As wide as the longest name shown (`true (3180 processes)`), within reason.
+    let width = names
+        .iter()
+        .map(|n| n.chars().count())
+        .max()
+        .unwrap_or(0)
+        .clamp(16, 40);
     let _ = writeln!(
         out,
-        "{:>8} {:<16} {:>9} {:>10} {:>10} {:>6} {:>9} {:>10} {:>10}",
+        "{:>8} {:<width$} {:>9} {:>10} {:>10} {:>6} {:>9} {:>10} {:>10}",
         "pid", "comm", "waits", "wait", "max wait", "share", "holds", "hold", "max hold"
     );
-    for p in r.processes.iter().take(top) {
+    for (p, name) in shown.iter().zip(names) {
         let _ = writeln!(
             out,
-            "{:>8} {:<16} {:>9} {:>10} {:>10} {:>5.1}% {:>9} {:>10} {:>10}",
+            "{:>8} {:<width$} {:>9} {:>10} {:>10} {:>5.1}% {:>9} {:>10} {:>10}",
             p.pid,
-            process_name(p),
+            name,
             p.waits,
             human_ns(p.wait_ns),
             human_ns(p.max_wait_ns),
@@ -594,10 +609,15 @@ fn remedy(counter: &str) -> Option<&'static str> {
              was still queued or holding, or its record aged out)"
         }
         "reader_overflow" => "waits behind more concurrent readers than tracked are charged to those tracked",
-        "state_map_full" | "thread_map_full" | "target_map_full" | "name_map_full" => {
+        "name_map_full" => {
+            "more locking processes than the names map holds (16384): those beyond it are \
+             shown as ?"
+        }
+        "state_map_full" | "thread_map_full" | "target_map_full" => {
             "a fixed-size map of the tracer filled up: please report it with the target's thread count"
         }
         "timeline_dropped" => "the timeline ring filled: raise --threshold to keep fewer events",
+        "waker_map_full" => "more kinds of holder sleeps and wakers than the wakers map holds (4096)",
         _ => return None,
     })
 }
@@ -996,6 +1016,40 @@ mod tests {
         assert!(
             text.contains("about 4.40 ms added to the threads that hit them\n"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn a_folded_process_name_widens_the_process_table_evenly() {
+        let (harvest, symbols, mut meta) = sample();
+        meta.system_wide = true;
+        meta.pids.clear();
+        let mut report = build_report(&harvest, &symbols, &meta);
+        report.processes[0].comm = "true".into();
+        report.processes[0].processes = 3180;
+        let text = render(&report, 10);
+        let table: Vec<&str> = text
+            .lines()
+            .skip_while(|l| !l.starts_with("Top 2 of 2 processes"))
+            .skip(1)
+            .take(3)
+            .collect();
+        assert!(table[1].contains(" true (3180 processes) "), "{text}");
+        let widths: Vec<usize> = table.iter().map(|l| l.chars().count()).collect();
+        assert!(widths.iter().all(|w| *w == widths[0]), "{table:#?}");
+    }
+
+    #[test]
+    fn waits_without_a_stack_or_a_cause_are_not_said_twice_to_have_no_stack() {
+        let line = answer_head(0.5, 1_000, Mode::Read, Cause::NoStack, NO_STACK_PLACE);
+        assert_eq!(
+            line.trim_end(),
+            "    50%     1.0 µs  read  no stack (short)"
+        );
+        let line = answer_head(0.5, 1_000, Mode::Write, Cause::Mmap, NO_STACK_PLACE);
+        assert!(
+            line.ends_with("mmap       (no stack: under the stack threshold)"),
+            "{line}"
         );
     }
 

@@ -220,6 +220,9 @@ mod tests {
                     Cause::PageFault
                 }
             },
+            kernel_frames: &|_| Vec::new(),
+            frames: &|_, _, _| Vec::new(),
+            name: &|_| String::new(),
         };
         let faults = build(&Raw([9, 8, 7, 6]), &inputs);
         assert_eq!((faults.user_mode_holds, faults.kernel_mode_holds), (7, 5));

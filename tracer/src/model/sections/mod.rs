@@ -13,12 +13,13 @@
 
 pub mod faults;
 pub mod syscalls;
+pub mod wakers;
 
 use serde::Serialize;
 use serde_json::Value;
 use tracer_common::AggKey;
 
-use super::{Cause, RawEntry, Report};
+use super::{Cause, Frame, RawEntry, Report};
 
 /// The families' raw counters, cumulative like the maps they are read from (`Harvest`'s
 /// `sections`; each family's probes module fills its own, and the collect loop adds what only
@@ -27,15 +28,21 @@ use super::{Cause, RawEntry, Report};
 pub struct RawSections {
     pub faults: faults::Raw,
     pub syscalls: syscalls::Raw,
+    pub wakers: wakers::Raw,
 }
 
 impl RawSections {
     /// What was counted after `before` (both cumulative snapshots of one trace).
     pub fn since(&self, before: &RawSections) -> RawSections {
-        let RawSections { faults, syscalls } = self;
+        let RawSections {
+            faults,
+            syscalls,
+            wakers,
+        } = self;
         RawSections {
             faults: faults.since(&before.faults),
             syscalls: syscalls.since(&before.syscalls),
+            wakers: wakers.since(&before.wakers),
         }
     }
 }
@@ -46,6 +53,13 @@ pub struct Inputs<'a> {
     pub entries: &'a [RawEntry],
     /// An entry's cause, as the report's rows show it (its kernel stack is symbolized).
     pub cause: &'a dyn Fn(&AggKey) -> Cause,
+    /// A kernel stack's frames, without the tracing machinery.
+    pub kernel_frames: &'a dyn Fn(i32) -> Vec<Frame>,
+    /// A stack's frames (kernel stack, user stack, the process whose user stack it is): user
+    /// frames then kernel frames, as the entries show them.
+    pub frames: &'a dyn Fn(i32, i32, u32) -> Vec<Frame>,
+    /// A process's name, "?" when unknown.
+    pub name: &'a dyn Fn(u32) -> String,
 }
 
 /// The families' parts of the report, in the order of their JSON keys.
@@ -54,14 +68,21 @@ pub struct Sections {
     pub faults: faults::Faults,
     /// Per mm syscall: count, time in the syscall, and its mmap_lock wait and hold.
     pub syscalls: syscalls::Syscalls,
+    /// The holders' sleeps by who ended them (the per-VMA lock waits named).
+    pub wakers: wakers::Wakers,
 }
 
 impl Sections {
     pub fn build(raw: &RawSections, inputs: &Inputs) -> Sections {
-        let RawSections { faults, syscalls } = raw;
+        let RawSections {
+            faults,
+            syscalls,
+            wakers,
+        } = raw;
         Sections {
             faults: faults::build(faults, inputs),
             syscalls: syscalls::build(syscalls, inputs),
+            wakers: wakers::build(wakers, inputs),
         }
     }
 }
@@ -69,15 +90,21 @@ impl Sections {
 /// The sections' lines in the text report, in order (each says nothing when its family was
 /// not attached).
 pub fn text(out: &mut String, report: &Report) {
-    let Sections { faults, syscalls } = &report.sections;
+    let Sections {
+        faults,
+        syscalls,
+        wakers,
+    } = &report.sections;
     faults::text(out, faults, report);
     syscalls::text(out, syscalls, report);
+    wakers::text(out, wakers, report);
 }
 
 /// Each section's invariants, on the report's JSON form (see `invariants`).
 pub fn check(report: &Value, entries: &[Value], broken: &mut Vec<String>) {
     faults::check(report, entries, broken);
     syscalls::check(report, entries, broken);
+    wakers::check(report, entries, broken);
 }
 
 #[cfg(test)]
