@@ -60,23 +60,40 @@ fn waits_match_perf_on_the_same_run_when_every_operation_walks_its_stacks() {
     workload.finish();
     let result = tracer.finish();
     assert!(result.status.success(), "{}", result.stderr);
-    let perf_waits = perf.finish();
+    let perf_run = perf.finish();
+    let perf_waits = &perf_run.waits;
 
     let report = json(&fs::read_to_string(&report).unwrap());
     let totals = &report["totals"];
-    let (acquired, waited) = ["read", "write"].iter().fold((0, 0), |(n, ns), mode| {
-        (
-            n + u(&totals[mode]["acquisitions"]),
-            ns + u(&totals[mode]["wait_ns"]),
-        )
-    });
+    let sum = |field: &str| {
+        ["read", "write"]
+            .iter()
+            .map(|mode| u(&totals[mode][field]))
+            .sum::<u64>()
+    };
+    let (waits, waited) = (sum("waits"), sum("wait_ns"));
+    let acquired = sum("acquisitions") + sum("downgrades");
     let perf_total: u64 = perf_waits.iter().sum();
     let perf_count = perf_waits.len() as u64;
     // Both saw the whole run (the workload starts after both are attached and exits before
-    // either stops): the same operations, give or take the exit's own.
+    // either stops): the same operations, give or take the exit's own (the tracer leaves an
+    // exiting task's locks alone). Trylocks (a fault falling back from its per-VMA lock tries
+    // mmap_lock first) and downgrades have no start_locking to pair with, so acquisitions are
+    // compared with perf's successful acquire_returned events, and waits with its pairs.
+    // Records perf lost widen the margin by as many.
+    let seen = format!(
+        "tracer: {acquired} acquisitions and downgrades, {waits} waits; perf: {} and \
+         {perf_count}, {} records lost",
+        perf_run.acquisitions, perf_run.lost
+    );
+    eprintln!("{seen}");
     assert!(
-        acquired.abs_diff(perf_count) <= perf_count / 100,
-        "tracer acquisitions {acquired}, perf {perf_count}"
+        acquired.abs_diff(perf_run.acquisitions) <= perf_run.acquisitions / 100 + perf_run.lost,
+        "{seen}"
+    );
+    assert!(
+        waits.abs_diff(perf_count) <= perf_count / 100 + perf_run.lost,
+        "{seen}"
     );
     // Measured: the tracer's total 0.85x perf's when it times from after its work, 3.8x when
     // it timed from before.
@@ -137,9 +154,8 @@ impl PerfRecord {
         Self { child, data }
     }
 
-    /// Waits for perf to end (it stops when the process exits) and returns the waits it saw:
-    /// start_locking to a successful acquire_returned, per thread.
-    fn finish(mut self) -> Vec<u64> {
+    /// Waits for perf to end (it stops when the process exits) and returns what it saw.
+    fn finish(mut self) -> PerfRun {
         let status = self.child.wait().unwrap();
         assert!(status.success(), "perf record failed: {status}");
         let script = Command::new("perf")
@@ -149,14 +165,44 @@ impl PerfRecord {
             .output()
             .unwrap();
         assert!(script.status.success(), "perf script failed");
-        waits_in(&String::from_utf8_lossy(&script.stdout))
+        let stats = Command::new("perf")
+            .args(["report", "--stats", "-i"])
+            .arg(&self.data)
+            .stderr(Stdio::null())
+            .output()
+            .unwrap();
+        PerfRun {
+            lost: lost_records(&String::from_utf8_lossy(&stats.stdout)),
+            ..perf_run(&String::from_utf8_lossy(&script.stdout))
+        }
     }
 }
 
-/// `perf script` lines (`TID SECS.NANOS: EVENT: FIELDS`) to wait durations in ns.
-fn waits_in(script: &str) -> Vec<u64> {
+/// What perf saw: every successful acquire_returned, and the waits (start_locking to a
+/// successful acquire_returned, per thread) in ns.
+#[derive(Debug, PartialEq)]
+struct PerfRun {
+    acquisitions: u64,
+    waits: Vec<u64>,
+    /// Records perf says it lost (its ring buffer full while it was not reading).
+    lost: u64,
+}
+
+/// The sum of `perf report --stats`'s `LOST events:` and `LOST_SAMPLES events:` counts.
+fn lost_records(stats: &str) -> u64 {
+    stats
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("LOST"))
+        .filter_map(|rest| rest.split("events:").nth(1))
+        .filter_map(|count| count.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// `perf script` lines (`TID SECS.NANOS: EVENT: FIELDS`) to acquisitions and waits.
+fn perf_run(script: &str) -> PerfRun {
     let mut started = std::collections::HashMap::new();
     let mut waits = Vec::new();
+    let mut acquisitions = 0;
     for line in script.lines() {
         let mut words = line.split_whitespace();
         let (Some(tid), Some(time), Some(event)) = (words.next(), words.next(), words.next())
@@ -169,12 +215,17 @@ fn waits_in(script: &str) -> Vec<u64> {
         if event.contains("start_locking") {
             started.insert(tid.to_string(), ns);
         } else if event.contains("acquire_returned") && line.contains("success=true") {
+            acquisitions += 1;
             if let Some(start) = started.remove(tid) {
                 waits.push(ns - start);
             }
         }
     }
-    waits
+    PerfRun {
+        acquisitions,
+        waits,
+        lost: 0,
+    }
 }
 
 fn nanoseconds(time: &str) -> Option<u64> {
@@ -183,12 +234,24 @@ fn nanoseconds(time: &str) -> Option<u64> {
 }
 
 #[test]
-fn perf_script_lines_pair_into_waits() {
+fn perf_script_lines_pair_into_waits_and_count_trylocks_as_acquisitions() {
     let script = "\
  11 10.000000100: mmap_lock:mmap_lock_start_locking: mm=0x1 write=false
  12 10.000000150: mmap_lock:mmap_lock_start_locking: mm=0x1 write=true
  11 10.000000400: mmap_lock:mmap_lock_acquire_returned: mm=0x1 write=false success=true
  12 10.000000900: mmap_lock:mmap_lock_acquire_returned: mm=0x1 write=true success=false
+ 13 10.000001000: mmap_lock:mmap_lock_acquire_returned: mm=0x1 write=false success=true
 ";
-    assert_eq!(waits_in(script), [300]);
+    assert_eq!(
+        perf_run(script),
+        PerfRun {
+            acquisitions: 2,
+            waits: vec![300],
+            lost: 0,
+        }
+    );
+    let stats =
+        "           TOTAL events:        935\n            LOST events:          3  (0.3%)\n   \
+                 LOST_SAMPLES events:         12\n          SAMPLE events:        917  (98.1%)\n";
+    assert_eq!(lost_records(stats), 15);
 }

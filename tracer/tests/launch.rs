@@ -117,9 +117,13 @@ fn threads_that_come_and_go_count_for_the_time_they_lived() {
         return;
     }
     let _serial = common::serial();
+    // `lived`: each worker's own view of its life, from its first line to its last; `spans`:
+    // each batch's time from before its threads were started to after they were joined, once
+    // per thread (a thread lives inside its batch's span, however long it waited to run).
     let script = r#"
 import mmap, threading, time
 lived = []
+spans = 0.0
 def work():
     t = time.monotonic()
     for _ in range(50):
@@ -128,24 +132,33 @@ def work():
     lived.append(time.monotonic() - t)
 for _ in range(10):
     batch = [threading.Thread(target=work) for _ in range(20)]
+    t0 = time.monotonic()
     for b in batch: b.start()
     for b in batch: b.join()
+    spans += (time.monotonic() - t0) * len(batch)
 print(f"lived_ns={int(sum(lived) * 1e9)}")
+print(f"spans_ns={int(spans * 1e9)}")
 print(f"threads={len(lived)}")
 "#;
     let (out, report) = trace_command(&["python3", "-c", script]);
     assert!(out.status.success(), "{out:?}");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let lived: u64 = common::value_of(&stdout, "lived_ns");
+    let spans: u64 = common::value_of(&stdout, "spans_ns");
     assert_eq!(common::value_of(&stdout, "threads"), 200);
     assert_share_is_of_real_thread_time(&report);
     let thread_ns = report["thread_time_ns"].as_u64().unwrap();
     let duration = report["duration_ns"].as_u64().unwrap();
-    // At least the workers' lives; at most those, the main thread's and thread creation and
-    // teardown, which Python's clock does not see (the traced time bounds them all).
+    // At least the workers' lives; at most their batches' spans and the main thread's life
+    // (the traced time bounds it), with a millisecond a thread for the end of an exit that a
+    // join does not wait for (where sched_process_exit, at which a life is counted, comes
+    // after exit_mm, as on 6.1, the thread id that join waits on is cleared before it; 6.18
+    // has it before exit_mm). Counting each worker twice would
+    // break it: the workers run side by side, so their lives nearly fill the spans.
     assert!(
-        lived <= thread_ns && thread_ns <= lived + 2 * duration,
-        "thread time {thread_ns} ns; workers lived {lived} ns; traced {duration} ns"
+        lived <= thread_ns && thread_ns <= spans + duration + 200 * 1_000_000,
+        "thread time {thread_ns} ns; workers lived {lived} ns in spans of {spans} ns; traced \
+         {duration} ns"
     );
 }
 

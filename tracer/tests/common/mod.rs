@@ -10,6 +10,7 @@ use std::time::Duration;
 
 pub mod http;
 pub mod pprof;
+pub mod prometheus;
 pub mod screen;
 
 /// The tracer binary: $MMAPSEM_TRACER (`cargo xtask test` sets it to the release build inside
@@ -325,6 +326,17 @@ impl Tracer {
             status,
             stdout,
             stderr: self.stderr_seen.join("\n"),
+        }
+    }
+}
+
+/// A tracer still running when its test ends (a failed assertion before `finish`) is killed:
+/// a daemon left behind would go on tracing the whole machine under every later test.
+impl Drop for Tracer {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
         }
     }
 }
