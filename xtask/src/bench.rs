@@ -24,6 +24,8 @@ use crate::paths;
 use crate::setup;
 
 /// Loading and attaching takes a few seconds (BTF parsing, verifier); a minute means stuck.
+mod clamd;
+
 const ATTACH_TIMEOUT: Duration = Duration::from_secs(60);
 /// bpftrace symbolizes every user stack when it prints its maps.
 const EXIT_TIMEOUT: Duration = Duration::from_secs(120);
@@ -226,19 +228,20 @@ fn select_tools(only: Option<&str>) -> Result<Vec<Tool>> {
     Ok(tools)
 }
 
-/// The scenarios whose name contains `only` (all without it); an error naming them all when
-/// none does.
-fn select_scenarios(all: Vec<Scenario>, only: Option<&str>) -> Result<Vec<Scenario>> {
+/// The scenarios whose name contains `only` (all without it), and whether the clamd scan's
+/// does; an error naming them all when none does.
+fn select_scenarios(all: Vec<Scenario>, only: Option<&str>) -> Result<(Vec<Scenario>, bool)> {
     let Some(only) = only else {
-        return Ok(all);
+        return Ok((all, true));
     };
-    let names: Vec<&str> = all.iter().map(|s| s.name).collect();
+    let names: Vec<&str> = all.iter().map(|s| s.name).chain([clamd::NAME]).collect();
     let names = names.join(", ");
     let chosen: Vec<Scenario> = all.into_iter().filter(|s| s.name.contains(only)).collect();
-    if chosen.is_empty() {
+    let clamd = clamd::NAME.contains(only);
+    if chosen.is_empty() && !clamd {
         bail!("no workload matches --only {only:?} (workloads: {names})");
     }
-    Ok(chosen)
+    Ok((chosen, clamd))
 }
 
 /// One eBPF program's counters over a run's window, named by bpftool.
@@ -318,12 +321,19 @@ pub fn run(options: &Options) -> Result<()> {
              every workload and tool)"
         );
     }
-    let scenarios = select_scenarios(scenarios(options.seconds), options.only.as_deref())?;
+    let (scenarios, scans_clamd) =
+        select_scenarios(scenarios(options.seconds), options.only.as_deref())?;
     setup::for_tracing("bench", options.build)?;
     setup::ensure_bench_packages()?;
     let machine = Machine::describe()?;
     let tools = select_tools(options.tools.as_deref())?;
+    let clamd_tools: Vec<Tool> = clamd::TOOLS
+        .into_iter()
+        .filter(|tool| tools.contains(tool))
+        .collect();
+    let clamd_setup = scans_clamd.then(clamd::Setup::new).transpose()?;
     let mut samples = Samples::new();
+    let mut scans: BTreeMap<Tool, Vec<clamd::Scan>> = BTreeMap::new();
     for rep in 1..=options.reps {
         for (index, scenario) in scenarios.iter().enumerate() {
             for &tool in &tools {
@@ -338,8 +348,26 @@ pub fn run(options: &Options) -> Result<()> {
                 samples.entry((index, tool)).or_default().push(sample);
             }
         }
+        for (setup, &tool) in clamd_setup
+            .iter()
+            .flat_map(|s| clamd_tools.iter().map(move |t| (s, t)))
+        {
+            eprintln!(
+                "bench: rep {rep}/{}: {} {}",
+                options.reps,
+                clamd::NAME,
+                tool.name()
+            );
+            let scan = setup
+                .scan_once(tool)
+                .with_context(|| format!("{} under {}", clamd::NAME, tool.name()))?;
+            scans.entry(tool).or_default().push(scan);
+        }
     }
-    let results = render_results(&machine, options, &scenarios, &samples);
+    let mut results = render_results(&machine, options, &scenarios, &samples);
+    if scans_clamd {
+        results.push_str(&clamd::render(&scans, options.reps));
+    }
     println!("{results}");
     if options.record {
         let file = paths::workspace_root().join("BENCHMARKS.md");
@@ -1052,7 +1080,9 @@ mod tests {
     }
 
     fn small_files() -> Vec<Scenario> {
-        select_scenarios(scenarios(5), Some("small")).expect("small-files")
+        select_scenarios(scenarios(5), Some("small"))
+            .expect("small-files")
+            .0
     }
 
     #[test]
@@ -1109,14 +1139,16 @@ mod tests {
 
     #[test]
     fn only_picks_workloads_by_part_of_their_name() {
-        let names = |only| -> Vec<&str> {
-            let chosen = select_scenarios(scenarios(5), only).expect("some match");
-            chosen.iter().map(|s| s.name).collect()
+        let names = |only| -> (Vec<&str>, bool) {
+            let (chosen, clamd) = select_scenarios(scenarios(5), only).expect("some match");
+            (chosen.iter().map(|s| s.name).collect(), clamd)
         };
-        assert_eq!(names(Some("small")), ["small-files"]);
-        assert_eq!(names(Some("churn")), ["churn --threads 8"]);
-        assert_eq!(names(None).len(), 3);
-        assert_eq!(names(None)[0], "small-files", "the headline comes first");
+        assert_eq!(names(Some("small")), (vec!["small-files"], false));
+        assert_eq!(names(Some("churn")), (vec!["churn --threads 8"], false));
+        assert_eq!(names(Some("clamd")), (vec![], true));
+        assert_eq!(names(None).0.len(), 3);
+        assert!(names(None).1, "the clamd scan runs in a whole bench");
+        assert_eq!(names(None).0[0], "small-files", "the headline comes first");
         let error = select_scenarios(scenarios(5), Some("large")).expect_err("no match");
         let message = error.to_string();
         assert!(message.contains("\"large\""), "{message}");
@@ -1124,6 +1156,7 @@ mod tests {
             message.contains("small-files, files --method mmap"),
             "{message}"
         );
+        assert!(message.contains("clamd scan"), "{message}");
     }
 
     #[test]

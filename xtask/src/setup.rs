@@ -64,7 +64,8 @@ pub fn for_tracing(command: &str, build: bool) -> Result<()> {
 
 /// Installs what `cargo xtask test` needs beyond building when it runs as root: Debian's perf,
 /// which the coexistence tests run beside the tracer, tmux, the terminal in which the live
-/// view's tests run it, and the consumers of the exports (go tool pprof, Prometheus's parser).
+/// view's tests run it, and the consumers of the exports (go tool pprof, Prometheus's parser
+/// and server).
 pub fn for_tests() -> Result<()> {
     if !is_root() {
         return Ok(());
@@ -75,6 +76,9 @@ pub fn for_tests() -> Result<()> {
     setup.ensure_apt_package("golang-go")?;
     // The Prometheus project's parsers read serve's /metrics in the serve test.
     setup.ensure_apt_package("python3-prometheus-client")?;
+    // Debian's Prometheus server scrapes serve in the serve test (its package's service is not
+    // started: the test runs the binary with its own config on a loopback port).
+    setup.ensure_apt_package("prometheus")?;
     setup.ensure_apt_package("tmux")
 }
 
@@ -108,11 +112,15 @@ fn packages_only() -> Setup {
 }
 
 /// Installs what `cargo xtask bench` needs beyond tracing when missing: Debian's bpftrace,
-/// which it compares against, and bpftool, which names the programs whose bpf_stats it reads.
-/// Only the bench needs them, so neither `setup` nor `test` installs them.
+/// which it compares against, bpftool, which names the programs whose bpf_stats it reads, and
+/// clamd with clamdscan, the real program it times (run with the bench's own config and
+/// database; the package's own service, where systemd starts it, is not used). Only the bench
+/// needs them, so neither `setup` nor `test` installs them.
 pub fn ensure_bench_packages() -> Result<()> {
     let mut setup = packages_only();
     setup.ensure_apt_package("bpftrace")?;
+    setup.ensure_apt_package("clamav-daemon")?;
+    setup.ensure_apt_package("clamdscan")?;
     setup.ensure_apt_package("bpftool")
 }
 

@@ -3,9 +3,11 @@
 //! counters, to show that memory stays flat over a long trace. Records the curve in
 //! BENCHMARKS.md.
 //!
-//! `--serve`: the daemon instead (`mmapsem-trace serve`, system-wide), scraped every 10 s
-//! as Prometheus would, while short-lived workload processes start and exit all along: its
-//! memory and maps must follow the processes alive, not all those it saw.
+//! `--serve`: the daemon instead (`mmapsem-trace serve --stacks`, system-wide), scraped every
+//! 10 s as Prometheus would, on a busy machine's load: short-lived workload processes start and
+//! exit all along, a shell-like loop execs `/bin/true` as fast as it can, and a monitoring-like
+//! loop runs `cat /proc/PID/smaps` of a long-lived workload, each `cat` an outside locker of
+//! its mm. Its memory and maps must follow the processes alive, not all those it saw.
 
 use std::io::BufReader;
 use std::path::Path;
@@ -97,7 +99,8 @@ pub fn run(minutes: u32, build: bool, record: bool, serve: bool) -> Result<()> {
 /// The daemon beside processes that come and go, scraped every SAMPLE_EVERY.
 fn run_serve(minutes: u32, record: bool) -> Result<()> {
     let seconds = u64::from(minutes) * 60;
-    let tracer_cmd = Cmd::new(&binary("mmapsem-trace")).args(&["serve", "--listen", SERVE_LISTEN]);
+    let tracer_cmd =
+        Cmd::new(&binary("mmapsem-trace")).args(&["serve", "--stacks", "--listen", SERVE_LISTEN]);
     let mut tracer = Guarded::new(
         "mmapsem-trace serve",
         tracer_cmd.spawn(Stdio::null(), Stdio::piped())?,
@@ -107,12 +110,30 @@ fn run_serve(minutes: u32, record: bool) -> Result<()> {
     let started = Instant::now();
     let deadline = started + Duration::from_secs(seconds);
     let processes = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let churners: Vec<_> = (0..CHURNERS)
+    let mut churners: Vec<_> = (0..CHURNERS)
         .map(|_| {
             let processes = Arc::clone(&processes);
             thread::spawn(move || churn_processes(deadline, &processes))
         })
         .collect();
+    let execs = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    churners.push({
+        let execs = Arc::clone(&execs);
+        thread::spawn(move || exec_loop(deadline, &execs))
+    });
+    // The reader loop's target: a workload that lives the whole soak (its stdout is drained so
+    // that it never blocks on a full pipe).
+    let (mut read_target, target_stdout, target_pid) =
+        spawn_held_workload(&["churn", "--threads", "2", "--seconds", &seconds.to_string()])?;
+    thread::spawn(move || lines(target_stdout).for_each(drop));
+    Cmd::new("kill")
+        .args(&["-USR1", &target_pid.to_string()])
+        .run()?;
+    let reads = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    churners.push({
+        let reads = Arc::clone(&reads);
+        thread::spawn(move || proc_reader_loop(deadline, target_pid, &reads))
+    });
     let tracer_pid = tracer.child.id();
     let mut samples = Vec::new();
     while Instant::now() < deadline {
@@ -123,9 +144,11 @@ fn run_serve(minutes: u32, record: bool) -> Result<()> {
             break;
         };
         eprintln!(
-            "soak: {} ({} processes so far)",
+            "soak: {} ({} churn processes, {} execs, {} /proc reads so far)",
             row(&sample),
-            processes.load(std::sync::atomic::Ordering::Relaxed)
+            processes.load(std::sync::atomic::Ordering::Relaxed),
+            execs.load(std::sync::atomic::Ordering::Relaxed),
+            reads.load(std::sync::atomic::Ordering::Relaxed)
         );
         samples.push(sample);
     }
@@ -134,12 +157,17 @@ fn run_serve(minutes: u32, record: bool) -> Result<()> {
             .join()
             .map_err(|_| anyhow::anyhow!("a churner panicked"))??;
     }
+    read_target.wait_for(EXIT_TIMEOUT)?;
     Cmd::new("kill")
         .args(&["-TERM", &tracer_pid.to_string()])
         .run()?;
     tracer.wait_for(EXIT_TIMEOUT)?;
-    let total = processes.load(std::sync::atomic::Ordering::Relaxed);
-    let results = render_serve(minutes, total, &samples);
+    let load = Load {
+        churn_processes: processes.load(std::sync::atomic::Ordering::Relaxed),
+        execs: execs.load(std::sync::atomic::Ordering::Relaxed),
+        proc_reads: reads.load(std::sync::atomic::Ordering::Relaxed),
+    };
+    let results = render_serve(minutes, &load, &samples);
     println!("{results}");
     if record {
         let file = paths::workspace_root().join("BENCHMARKS.md");
@@ -158,6 +186,44 @@ fn churn_processes(deadline: Instant, started: &std::sync::atomic::AtomicU64) ->
         started.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
     Ok(())
+}
+
+/// Execs `/bin/true` one after another until `deadline`, as a shell loop does, counting them.
+fn exec_loop(deadline: Instant, execs: &std::sync::atomic::AtomicU64) -> Result<()> {
+    while Instant::now() < deadline {
+        std::process::Command::new("/bin/true")
+            .status()
+            .context("running /bin/true")?;
+        execs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+/// Reads `/proc/PID/smaps` with `cat` until `deadline`, as monitoring agents do: each `cat`
+/// takes the target's mmap_lock for read while it walks the target's mappings.
+fn proc_reader_loop(
+    deadline: Instant,
+    pid: u32,
+    reads: &std::sync::atomic::AtomicU64,
+) -> Result<()> {
+    let smaps = format!("/proc/{pid}/smaps");
+    while Instant::now() < deadline {
+        std::process::Command::new("cat")
+            .arg(&smaps)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .context("running cat")?;
+        reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+/// What ran beside the daemon during a soak.
+struct Load {
+    churn_processes: u64,
+    execs: u64,
+    proc_reads: u64,
 }
 
 /// The non-zero lost-event counters of a scrape of /metrics, and the number of series.
@@ -187,15 +253,19 @@ fn scrape_lost(address: &str) -> Result<String> {
     Ok(format!("{lost} ({series} series)"))
 }
 
-fn render_serve(minutes: u32, processes: u64, samples: &[Sample]) -> String {
+fn render_serve(minutes: u32, load: &Load, samples: &[Sample]) -> String {
     let mut out = format!(
-        "Soak of {minutes} min: `mmapsem-trace serve` (system-wide, timing only) scraped every \
+        "Soak of {minutes} min: `mmapsem-trace serve --stacks` (system-wide) scraped every \
          {} s, while {CHURNERS} loops started short `churn --threads 2 --seconds 1` processes \
-         one after another ({processes} processes in all): the daemon's RSS, its hash maps \
-         holding entries (entries/capacity), and the scrape's non-zero lost counters and \
-         series.\n\n\
+         one after another ({} processes in all), a loop exec'd `/bin/true` ({} times) and a \
+         loop ran `cat /proc/PID/smaps` of a long-lived churn workload ({} times): the \
+         daemon's RSS, its hash maps holding entries (entries/capacity), and the scrape's \
+         non-zero lost counters and series.\n\n\
          | s | RSS (MiB) | map occupancy | lost so far (series) |\n|---:|---:|---|---|\n",
-        SAMPLE_EVERY.as_secs()
+        SAMPLE_EVERY.as_secs(),
+        load.churn_processes,
+        load.execs,
+        load.proc_reads
     );
     for sample in samples {
         out.push_str(&row(sample));
