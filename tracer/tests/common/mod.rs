@@ -321,7 +321,17 @@ impl Tracer {
         let mut stdout = String::new();
         std::io::Read::read_to_string(self.child.stdout.as_mut().unwrap(), &mut stdout).unwrap();
         let status = self.child.wait().unwrap();
-        self.stderr_seen.extend(self.stderr_lines.try_iter());
+        // Every line up to the end of stderr: the reader thread may not have passed on the
+        // last ones (the error a test looks for) when the child is reaped. The end comes once
+        // every holder of the pipe has exited (a launched command may outlive the tracer a
+        // moment), else after the wait.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+            match self.stderr_lines.recv_timeout(left) {
+                Ok(line) => self.stderr_seen.push(line),
+                Err(_) => break,
+            }
+        }
         TracerResult {
             status,
             stdout,
