@@ -59,7 +59,10 @@ pub struct Config {
     /// buffer that user space drains in that time, so that a busy target is sampled rather than
     /// filling the ring. (Beside the other copy settings it would move every field after it.)
     pub user_stack_budget: u32,
-    pub _pad: u32,
+    /// Non-zero with `--cgroup`: system-wide, only processes whose cgroup (v2) is in
+    /// CGROUP_FILTER (the given cgroups and their descendants, kept current by user space)
+    /// register their mm.
+    pub cgroup_filter: u32,
     /// Waits and holds at least this long get their stacks walked when they end, inside the
     /// critical section (every waiter pays for that walk) if they were not walked at
     /// start_locking, where a lock operation expected to be long, or sampled, gets them.

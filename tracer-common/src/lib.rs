@@ -314,10 +314,12 @@ pub enum Counter {
     NameMapFull,
     /// Who woke a sleeping holder could not be kept (the wakers map was full).
     WakerMapFull,
+    /// A process's cgroup could not be kept (the cgroup map was full): it is shown without.
+    CgroupMapFull,
 }
 
 impl Counter {
-    pub const ALL: [Counter; 22] = [
+    pub const ALL: [Counter; 23] = [
         Counter::UnpairedAcquire,
         Counter::UnpairedRelease,
         Counter::StartWhileWaiting,
@@ -340,6 +342,7 @@ impl Counter {
         Counter::BeganBeforeAttach,
         Counter::NameMapFull,
         Counter::WakerMapFull,
+        Counter::CgroupMapFull,
     ];
 
     /// Stable name used in every output format.
@@ -367,6 +370,7 @@ impl Counter {
             Counter::BeganBeforeAttach => "began_before_attach",
             Counter::NameMapFull => "name_map_full",
             Counter::WakerMapFull => "waker_map_full",
+            Counter::CgroupMapFull => "cgroup_map_full",
         }
     }
 }

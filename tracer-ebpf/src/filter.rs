@@ -3,7 +3,8 @@
 //! exec and exit are in `lifecycle`.
 
 use aya_ebpf::helpers::{
-    bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_probe_read_kernel,
+    bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
+    bpf_get_current_task, bpf_probe_read_kernel,
 };
 use aya_ebpf::{
     macros::map,
@@ -43,6 +44,18 @@ pub static LOCKER_COMMS: HashMap<u32, [u8; 16]> = HashMap::with_max_entries(1024
 /// process was still in its exec under its parent's name. Enlarged like LOCKER_COMMS.
 #[map]
 pub static EXEC_COMMS: LruHashMap<u32, [u8; 16]> = LruHashMap::with_max_entries(1024, 0);
+
+/// The cgroup (v2) of each process named in LOCKER_COMMS or registered as an mm owner (tgid ->
+/// cgroup id, the cgroup directory's inode): taken when it registers its mm (after an exec, in
+/// the cgroup the exec ran in) or first locks a target's. User space resolves ids to paths.
+/// Enlarged like LOCKER_COMMS.
+#[map]
+pub static PROCESS_CGROUPS: HashMap<u32, u64> = HashMap::with_max_entries(1024, 0);
+
+/// `--cgroup`: the ids of the given cgroups and of their descendants (value unused), which user
+/// space keeps current as cgroups come and go. System-wide, only their processes register.
+#[map]
+pub static CGROUP_FILTER: HashMap<u64, u8> = HashMap::with_max_entries(4096, 0);
 
 const EEXIST: i32 = 17;
 
@@ -134,7 +147,11 @@ pub fn classify(mm: u64) -> Option<Locker> {
     }
     // System-wide, a user process locking its own mm registers it. Anyone else locking an mm
     // not known yet (a kernel thread, a /proc reader) is skipped: whose mm it is is not known.
-    if system_wide && owns_as_user_process(mm, cfg) && register(mm, tgid, true) {
+    if system_wide
+        && owns_as_user_process(mm, cfg)
+        && in_filtered_cgroups(cfg)
+        && register(mm, tgid, true)
+    {
         return Some(own_lock(tgid, tid));
     }
     None
@@ -398,6 +415,7 @@ pub fn register(mm: u64, pid: u32, name: bool) -> bool {
     }
     forget_left_mm(pid, mm);
     note_slot_mm(pid, mm);
+    remember_cgroup(pid);
     if name {
         if let Ok(comm) = bpf_get_current_comm() {
             if LOCKER_COMMS.insert(&pid, &comm, 0).is_err() {
@@ -472,6 +490,7 @@ fn remember_comm(tgid: u32) {
     if unsafe { LOCKER_COMMS.get(&tgid) }.is_some() {
         return;
     }
+    remember_cgroup(tgid);
     if let Ok(comm) = bpf_get_current_comm() {
         // BPF_NOEXIST: the first thread seen names the process (EEXIST: another CPU's thread
         // did); a full map loses the name, counted.
@@ -480,6 +499,25 @@ fn remember_comm(tgid: u32) {
                 count(Counter::NameMapFull);
             }
         }
+    }
+}
+
+/// Records the current task's cgroup as process `tgid`'s (overwriting: a registration after
+/// an exec may come from another cgroup than the fork's). A full map loses it, counted.
+#[inline(always)]
+fn remember_cgroup(tgid: u32) {
+    let cgroup = unsafe { bpf_get_current_cgroup_id() };
+    if PROCESS_CGROUPS.insert(&tgid, &cgroup, 0).is_err() {
+        count(Counter::CgroupMapFull);
+    }
+}
+
+/// Whether the current task may register its mm under `--cgroup`: always without it.
+#[inline(always)]
+fn in_filtered_cgroups(cfg: &Config) -> bool {
+    cfg.cgroup_filter == 0 || {
+        let cgroup = unsafe { bpf_get_current_cgroup_id() };
+        unsafe { CGROUP_FILTER.get(&cgroup) }.is_some()
     }
 }
 

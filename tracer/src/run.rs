@@ -63,6 +63,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Stops::install()?
     };
     let targets = checked_targets(&mut cli)?;
+    let cgroups = given_cgroups(&cli.target.cgroups)?;
     let outputs = Outputs::from_cli(&cli, &view);
     outputs.check_writable()?;
     let (tracefs, offsets) = check_kernel()?;
@@ -72,7 +73,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         .map(|serve| crate::serve::Endpoint::bind(serve.listen))
         .transpose()?;
     let inherit = launched.is_some() && !cli.target.no_inherit;
-    let settings = probe_settings(&cli, &view, &targets, &outputs, &offsets, inherit);
+    let settings = probe_settings(&cli, &view, &targets, &outputs, &offsets, inherit, cgroups);
     let (mut probes, origin_ns) = load_and_arm(&settings, &tracefs, &offsets, &cli.target.pid)?;
     let comm = target_comm(launched.as_ref(), &targets, &cli.target.pid);
     // Its faults from here on are the trace's: those of the exec and the command's start.
@@ -214,6 +215,20 @@ fn checked_targets(cli: &mut Cli) -> Result<Targets> {
     })
 }
 
+/// `--cgroup`'s cgroups as directories of the unified hierarchy, each checked to exist.
+fn given_cgroups(given: &[String]) -> Result<Vec<std::path::PathBuf>> {
+    if given.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mount = crate::system::cgroups::unified_mount().context(
+        "--cgroup needs cgroup v2: no cgroup2 filesystem is mounted (see /proc/self/mountinfo)",
+    )?;
+    given
+        .iter()
+        .map(|path| crate::system::cgroups::resolve_given(path, &mount))
+        .collect()
+}
+
 /// What the programs are loaded with, from the command line and the view.
 fn probe_settings(
     cli: &Cli,
@@ -222,6 +237,7 @@ fn probe_settings(
     outputs: &Outputs,
     offsets: &KernelOffsets,
     inherit: bool,
+    cgroups: Vec<std::path::PathBuf>,
 ) -> ProbeSettings {
     // The live view can switch to per-thread rows at any time: collect per thread and merge
     // threads in user space when they are not wanted. So do copied user stacks: threads that
@@ -254,6 +270,7 @@ fn probe_settings(
         target_slots: !targets.is_system_wide()
             && cli.target.pid.len() <= tracer_common::FAST_TARGETS,
         inherit,
+        cgroups,
         self_cost: match cli.collect.self_cost {
             SelfCostArg::Sampled => SelfCostMode::Sampled,
             SelfCostArg::Full => SelfCostMode::Full,

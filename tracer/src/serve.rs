@@ -222,6 +222,7 @@ impl Server {
             endpoint,
             settings: SeriesSettings {
                 label_pid: args.label_pid,
+                label_cgroup: args.label_cgroup,
                 max_series: args.max_series as usize,
                 comms: args.comms.clone(),
             },

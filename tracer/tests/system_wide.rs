@@ -342,3 +342,158 @@ fn short_lived_processes_fold_into_one_row_and_fill_no_map() {
     let in_flight = u(&report["in_flight"]["waits"]) + u(&report["in_flight"]["holds"]);
     assert!(in_flight <= 8, "{}", report["in_flight"]);
 }
+
+/// Two cgroups (v2) made for the test under the unified hierarchy, removed at the end: the
+/// hierarchy's mount from /proc/self/mountinfo (beside v1 controllers, /sys/fs/cgroup/unified),
+/// or mounted here where nothing mounts it (the CI guests' minimal init).
+struct TestCgroups {
+    mount: std::path::PathBuf,
+    /// Mounted by the test, unmounted at the end.
+    mounted: bool,
+    top: String,
+}
+
+impl TestCgroups {
+    fn new() -> Self {
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let found = mountinfo.lines().find_map(|line| {
+            let (mount, fs) = line.split_once(" - ")?;
+            (fs.split_whitespace().next() == Some("cgroup2"))
+                .then(|| {
+                    mount
+                        .split_whitespace()
+                        .nth(4)
+                        .map(std::path::PathBuf::from)
+                })
+                .flatten()
+        });
+        let (mount, mounted) = match found {
+            Some(mount) => (mount, false),
+            None => {
+                let mount =
+                    std::env::temp_dir().join(format!("mmapsem-cg2-{}", std::process::id()));
+                std::fs::create_dir_all(&mount).unwrap();
+                let status = std::process::Command::new("mount")
+                    .args(["-t", "cgroup2", "none"])
+                    .arg(&mount)
+                    .status()
+                    .unwrap();
+                assert!(status.success(), "mounting cgroup2 at {}", mount.display());
+                (mount, true)
+            }
+        };
+        let top = format!("mmapsem-test-{}", std::process::id());
+        for dir in ["a/inner", "b"] {
+            std::fs::create_dir_all(mount.join(&top).join(dir)).unwrap();
+        }
+        Self {
+            mount,
+            mounted,
+            top,
+        }
+    }
+
+    /// The cgroup path (as /proc/PID/cgroup writes it) of `dir` below the test's own.
+    fn path(&self, dir: &str) -> String {
+        format!("/{}/{dir}", self.top)
+    }
+
+    fn enter(&self, pid: u32, dir: &str) {
+        let procs = self.mount.join(&self.top).join(dir).join("cgroup.procs");
+        std::fs::write(&procs, pid.to_string())
+            .unwrap_or_else(|err| panic!("moving {pid} into {}: {err}", procs.display()));
+    }
+}
+
+impl Drop for TestCgroups {
+    fn drop(&mut self) {
+        for dir in ["a/inner", "a", "b", ""] {
+            let _ = std::fs::remove_dir(self.mount.join(&self.top).join(dir));
+        }
+        if self.mounted {
+            let _ = std::process::Command::new("umount")
+                .arg(&self.mount)
+                .status();
+            let _ = std::fs::remove_dir(&self.mount);
+        }
+    }
+}
+
+#[test]
+fn processes_carry_their_cgroups_and_a_cgroup_filter_keeps_its_subtree_only() {
+    if !bpf_available("processes_carry_their_cgroups_and_a_cgroup_filter_keeps_its_subtree_only") {
+        return;
+    }
+    let _serial = serial();
+    let cgroups = TestCgroups::new();
+    let in_a = Workload::spawn(&["churn", "--threads", "2", "--seconds", "1"]);
+    let in_b = Workload::spawn(&["churn", "--threads", "2", "--seconds", "1"]);
+    cgroups.enter(in_a.pid, "a/inner");
+    cgroups.enter(in_b.pid, "b");
+    // Both traces at once, over the same work: every process, and the subtree of `a` only.
+    let json_args = |extra: &[String]| {
+        let mut args: Vec<String> = ["-a", "--format", "json", "--no-live"]
+            .map(String::from)
+            .to_vec();
+        args.extend_from_slice(extra);
+        args
+    };
+    let mut everything = Tracer::spawn(&json_args(&[]));
+    let mut only_a = Tracer::spawn(&json_args(&["--cgroup".into(), cgroups.path("a")]));
+    everything.wait_attached();
+    only_a.wait_attached();
+    in_a.start();
+    in_b.start();
+    let (a_pid, b_pid) = (in_a.pid, in_b.pid);
+    in_a.finish();
+    in_b.finish();
+    let reports: Vec<Value> = [everything, only_a]
+        .into_iter()
+        .map(|tracer| {
+            tracer.signal(libc::SIGINT);
+            let result = tracer.finish();
+            assert!(result.status.success(), "{}", result.stderr);
+            json(&result.stdout)
+        })
+        .collect();
+    let row = |report: &Value, pid: u32| -> Option<Value> {
+        report["processes"]
+            .as_array()
+            .expect("processes array")
+            .iter()
+            .find(|p| p["pid"] == pid)
+            .cloned()
+    };
+
+    let all = &reports[0];
+    for (pid, cgroup) in [(a_pid, cgroups.path("a/inner")), (b_pid, cgroups.path("b"))] {
+        let p = row(all, pid).unwrap_or_else(|| panic!("{pid} missing: {}", all["processes"]));
+        assert_eq!(p["cgroup"], cgroup.as_str(), "{p}");
+        assert!(u(&p["holds"]) > 0, "{p}");
+        for e in entries(all).iter().filter(|e| e["pid"] == pid) {
+            assert_eq!(e["cgroup"], cgroup.as_str(), "{e}");
+        }
+    }
+
+    let filtered = &reports[1];
+    let a = row(filtered, a_pid).unwrap_or_else(|| panic!("{}", filtered["processes"]));
+    assert_eq!(a["cgroup"], cgroups.path("a/inner").as_str(), "{a}");
+    assert_eq!(
+        (a["waits"].clone(), a["holds"].clone()),
+        (
+            row(all, a_pid).unwrap()["waits"].clone(),
+            row(all, a_pid).unwrap()["holds"].clone()
+        ),
+        "the filter loses nothing of the processes it keeps"
+    );
+    assert!(row(filtered, b_pid).is_none(), "{}", filtered["processes"]);
+    let owners: Vec<u64> = entries(filtered).iter().map(|e| u(&e["pid"])).collect();
+    assert!(
+        owners.iter().all(|&pid| pid == u64::from(a_pid)),
+        "only the subtree's processes' own locks (and those of their outside lockers): \
+         {owners:?}"
+    );
+    for counter in ["cgroup_map_full", "name_map_full", "target_map_full"] {
+        assert_eq!(u(&filtered["lost"][counter]), 0, "{counter}");
+    }
+}

@@ -142,6 +142,7 @@ impl Cli {
         };
         self.target.all = serve.pid.is_empty();
         self.target.pid = serve.pid;
+        self.target.cgroups = serve.cgroups;
         self.collect.lean = !serve.stacks;
         self.collect.user_stack = UserStackArg::Fp;
         self.report.no_live = true;
@@ -332,6 +333,25 @@ mod tests {
         );
         assert!(Cli::try_parse_from(["mmapsem-trace", "-a", "-p", "1"]).is_err());
         assert!(Cli::try_parse_from(["mmapsem-trace", "-a", "--", "true"]).is_err());
+    }
+
+    #[test]
+    fn cgroups_narrow_system_wide_tracing_only() {
+        let cli = Cli::try_parse_from(["mmapsem-trace", "-a", "--cgroup", "/a", "--cgroup", "b"])
+            .unwrap();
+        assert_eq!(cli.target.cgroups, ["/a", "b"]);
+        for args in [
+            &["mmapsem-trace", "-p", "1", "--cgroup", "/a"][..],
+            &["mmapsem-trace", "--cgroup", "/a", "--", "true"],
+            &["mmapsem-trace", "serve", "-p", "1", "--cgroup", "/a"],
+        ] {
+            assert!(Cli::try_parse_from(args).is_err(), "{args:?}");
+        }
+        let serve = Cli::try_parse_from(["mmapsem-trace", "serve", "--cgroup", "/a"])
+            .unwrap()
+            .with_serve_settings();
+        assert!(serve.target.all);
+        assert_eq!(serve.target.cgroups, ["/a"]);
     }
 
     #[test]

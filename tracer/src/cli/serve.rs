@@ -38,6 +38,15 @@ pub struct ServeArgs {
     #[arg(long)]
     pub label_pid: bool,
 
+    /// Trace only the processes of this cgroup (v2) and of the cgroups below it (repeat for
+    /// more), as `mmapsem-trace -a --cgroup` does.
+    #[arg(long = "cgroup", value_name = "PATH", conflicts_with = "pid")]
+    pub cgroups: Vec<String>,
+
+    /// Label the series with the locking process's cgroup (v2) path as well.
+    #[arg(long)]
+    pub label_cgroup: bool,
+
     /// The most series exported; the operations of series beyond it are counted in
     /// mmapsem_trace_lost_events_total{counter="series_cap"}.
     #[arg(

@@ -27,6 +27,13 @@ pub struct TargetArgs {
     #[arg(short = 'a', long = "all", conflicts_with_all = ["pid", "command"])]
     pub all: bool,
 
+    /// With -a: only the processes of this cgroup (v2) and of the cgroups below it, as
+    /// /proc/PID/cgroup writes it (`/system.slice/redis.service`) or its directory; repeat for
+    /// more. A process's own locks are traced when it is in one of them (outside lockers of
+    /// its lock, whatever their cgroup, with it).
+    #[arg(long = "cgroup", value_name = "PATH", conflicts_with_all = ["pid", "command"])]
+    pub cgroups: Vec<String>,
+
     /// Instead of -p: run this command, traced from its first instruction with every process it
     /// starts (forked and exec'd children, theirs too), and exit with its status
     /// (`mmapsem-trace -- make -j8`).

@@ -164,6 +164,9 @@ impl Session {
             let now = Instant::now();
             let refresh = last_mappings.is_none_or(|t| now.duration_since(t) >= MAPPINGS_EVERY);
             if refresh {
+                if let Err(err) = source.refresh_cgroup_filter() {
+                    log::debug!("refreshing the --cgroup filter: {err:#}");
+                }
                 self.watch.look_at_processes(&targets, source);
                 last_mappings = Some(now);
             }
@@ -433,6 +436,7 @@ impl Session {
         // Catch the libraries loaded since the last look (system-wide, processes are read once
         // when first seen), and the looks still under way.
         self.watch.refresh_mappings(&stack_owners(&harvest));
+        self.watch.take_cgroups(source);
         let process_names = self.names_now(&harvest);
         let meta = TraceMeta {
             process_names: process_names.clone(),
@@ -658,6 +662,12 @@ mod tests {
         }
         fn exec_names(&self) -> Result<HashMap<u32, String>> {
             Ok(HashMap::new())
+        }
+        fn process_cgroups(&self) -> Result<HashMap<u32, u64>> {
+            Ok(HashMap::new())
+        }
+        fn refresh_cgroup_filter(&mut self) -> Result<()> {
+            Ok(())
         }
         fn user_stack_owners(&self) -> Result<HashSet<u32>> {
             Ok(HashSet::new())

@@ -11,6 +11,7 @@ use crate::model::thread_time::thread_time_ns;
 use crate::model::unwound::{splice, PendingCopies, StackRecord, Unwound};
 use crate::model::{Harvest, TraceMeta};
 use crate::probes::source::Source;
+use crate::system::cgroups::CgroupNames;
 use crate::system::proc_looker::{ProcLooker, ProcessLook};
 use crate::system::procfs::{self, MappingHistory};
 use crate::unwind::StackUnwinder;
@@ -61,6 +62,9 @@ pub struct Watch {
     pub mapping_lists_forgotten: usize,
     /// Per target: (faults at the first look, faults at the last look), from /proc.
     faults: HashMap<u32, (u64, u64)>,
+    /// The paths of the cgroups the locking processes were in, learnt at the looks (a
+    /// container's cgroup may be gone by the end of the trace).
+    cgroup_names: CgroupNames,
 }
 
 impl Watch {
@@ -92,6 +96,7 @@ impl Watch {
             thread_names: self.thread_names.clone(),
             cpus: std::thread::available_parallelism().map_or(0, |n| n.get() as u32),
             locker_groups: HashMap::new(),
+            cgroup_paths: self.cgroup_names.known().clone(),
         }
     }
 
@@ -286,6 +291,15 @@ impl Watch {
         self.looker.ask(&wanted);
         self.pids = pids;
         self.take_exec_names(source);
+        self.take_cgroups(source);
+    }
+
+    /// Learns the paths of the cgroups the programs recorded for the locking processes.
+    pub(super) fn take_cgroups(&mut self, source: &dyn Source) {
+        match source.process_cgroups() {
+            Ok(ids) => self.cgroup_names.learn_ids(ids.into_values()),
+            Err(err) => log::debug!("reading the processes' cgroups: {err:#}"),
+        }
     }
 
     /// Renames the processes an exec renamed: a name read from /proc may be the parent's, read

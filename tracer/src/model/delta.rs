@@ -27,6 +27,7 @@ pub fn since(now: &Harvest, before: &Harvest) -> Harvest {
         totals,
         counters,
         locker_comms,
+        process_cgroups,
         in_flight,
         blocked,
         sleeps,
@@ -72,6 +73,7 @@ pub fn since(now: &Harvest, before: &Harvest) -> Harvest {
         // Lookup tables and states: as they are now.
         stacks: stacks.clone(),
         locker_comms: locker_comms.clone(),
+        process_cgroups: process_cgroups.clone(),
         in_flight: *in_flight,
         features: *features,
         estimated_user_stacks: estimated_user_stacks.clone(),
@@ -340,6 +342,8 @@ impl Folding {
             group.dedup();
         }
         out.locker_comms.retain(|&pid, _| moved(pid).is_none());
+        // A folded row is in the first's cgroup (a name's processes rarely differ in it).
+        out.process_cgroups.retain(|&pid, _| moved(pid).is_none());
         for &first in out.folded.keys() {
             if let Some(name) = self.names.get(&first) {
                 out.locker_comms.insert(first, name.clone());
@@ -363,6 +367,7 @@ fn fold_keys(
         totals,
         counters,
         locker_comms,
+        process_cgroups,
         in_flight,
         blocked,
         sleeps,
@@ -419,6 +424,7 @@ fn fold_keys(
         totals: *totals,
         counters: counters.clone(),
         locker_comms: locker_comms.clone(),
+        process_cgroups: process_cgroups.clone(),
         in_flight: *in_flight,
         sections: sections.clone(),
         features: *features,

@@ -87,6 +87,9 @@ pub struct Harvest {
     pub totals: [ModeTotals; TOTALS_SLOTS as usize],
     pub counters: Vec<(Counter, u64)>,
     pub locker_comms: HashMap<u32, String>,
+    /// Each locking process's cgroup (v2) id, as the kernel recorded it (`meta.cgroup_paths`
+    /// names them).
+    pub process_cgroups: HashMap<u32, u64>,
     pub in_flight: InFlight,
     /// Waits charged to the holders they waited behind.
     pub blocked: Vec<(BlockKey, BlockValue)>,
@@ -138,6 +141,10 @@ impl Harvest {
             .into_iter()
             .partition(|(pid, _)| gone.contains(pid));
         self.locker_comms = kept;
+        let (process_cgroups, kept) = std::mem::take(&mut self.process_cgroups)
+            .into_iter()
+            .partition(|(pid, _)| gone.contains(pid));
+        self.process_cgroups = kept;
         let (estimated_user_stacks, kept) = std::mem::take(&mut self.estimated_user_stacks)
             .into_iter()
             .partition(of_gone);
@@ -151,6 +158,7 @@ impl Harvest {
             blocked,
             sleeps,
             locker_comms,
+            process_cgroups,
             estimated_user_stacks,
             folded,
             ..Harvest::default()
@@ -204,6 +212,9 @@ impl Harvest {
             self.locker_comms
                 .entry(*pid)
                 .or_insert_with(|| comm.clone());
+        }
+        for (&pid, &cgroup) in &part.process_cgroups {
+            self.process_cgroups.entry(pid).or_insert(cgroup);
         }
         for (id, frames) in &part.stacks {
             self.stacks.entry(*id).or_insert_with(|| frames.clone());

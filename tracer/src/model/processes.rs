@@ -23,6 +23,7 @@ pub fn process_rows(
         let row = rows.entry(pid).or_insert_with(|| ProcessRow {
             pid,
             comm: String::new(),
+            cgroup: locking_cgroup(e).map(str::to_string),
             waits: 0,
             wait_ns: 0,
             max_wait_ns: 0,
@@ -71,6 +72,14 @@ pub fn process_rows(
     rows
 }
 
+/// The cgroup of the process whose thread waited or held.
+fn locking_cgroup(e: &Entry) -> Option<&str> {
+    match &e.locker {
+        Some(locker) => locker.cgroup.as_deref(),
+        None => e.cgroup.as_deref(),
+    }
+}
+
 /// The process whose thread waited or held: the outside locker, else the mm's owner.
 pub fn locking_pid(e: &Entry) -> u32 {
     e.locker.as_ref().map_or(e.pid, |l| l.pid)
@@ -101,10 +110,16 @@ mod tests {
             (3, 40_002_000, 40_000_000)
         );
         assert_eq!(app.comm, "app");
+        assert_eq!(app.cgroup.as_deref(), Some("/system.slice/app.service"));
         assert!((app.wait_share - 1.0).abs() < 1e-12);
         let cat = &rows[1];
         assert_eq!((cat.comm.as_str(), cat.waits, cat.holds), ("cat", 0, 1));
         assert_eq!(cat.wait_share, 0.0);
+        assert_eq!(
+            cat.cgroup.as_deref(),
+            Some("/user.slice/user-1000.slice/session-2.scope"),
+            "an outside locker's own cgroup, not its target's"
+        );
     }
 
     #[test]

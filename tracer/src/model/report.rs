@@ -194,10 +194,16 @@ impl<'a> Index<'a> {
         stack_frames(self.symbols, kernel_stack, user_stack, pid).1
     }
 
+    fn cgroup(&self, pid: u32) -> Option<String> {
+        let id = self.harvest.process_cgroups.get(&pid)?;
+        self.meta.cgroup_paths.get(id).cloned()
+    }
+
     fn locker(&self, pid: u32) -> Option<Locker> {
         (pid != 0).then(|| Locker {
             pid,
             comm: self.harvest.locker_comms.get(&pid).cloned(),
+            cgroup: self.cgroup(pid),
             processes: self.meta.locker_groups.get(&pid).map_or(1, Vec::len),
         })
     }
@@ -218,6 +224,7 @@ impl<'a> Index<'a> {
             p99_ns: percentile(&v.hist, 0.99, v.max_ns),
             pid: k.pid,
             comm: process_name(self.harvest, self.meta, k.pid),
+            cgroup: self.cgroup(k.pid),
             tid: (k.tid != 0).then_some(k.tid),
             outside_locker: k.locker_pid != 0,
             locker: self.locker(k.locker_pid),
@@ -527,6 +534,7 @@ pub(crate) mod tests {
         harvest.counters = Counter::ALL.iter().map(|&c| (c, 0)).collect();
         harvest.counters[Counter::UnpairedRelease as usize].1 = 2;
         harvest.locker_comms.insert(9, "cat".into());
+        harvest.process_cgroups = HashMap::from([(42, 5001), (9, 5002)]);
         harvest.run_stats = RunStats::Counted(vec![
             runs("mmap_lock_released", 4_000, 2_800_000),
             runs("mmap_lock_start_locking", 4_000, 1_600_000),
@@ -568,6 +576,13 @@ pub(crate) mod tests {
             system_wide: false,
             cpus: 2,
             locker_groups: HashMap::new(),
+            cgroup_paths: HashMap::from([
+                (5001, "/system.slice/app.service".to_string()),
+                (
+                    5002,
+                    "/user.slice/user-1000.slice/session-2.scope".to_string(),
+                ),
+            ]),
         };
         (harvest, symbols, meta)
     }
@@ -821,6 +836,7 @@ pub(crate) mod tests {
             Some(Locker {
                 pid: 9,
                 comm: Some("cat".into()),
+                cgroup: Some("/user.slice/user-1000.slice/session-2.scope".into()),
                 processes: 1,
             })
         );

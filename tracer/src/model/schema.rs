@@ -89,6 +89,9 @@ pub struct TraceMeta {
     /// Outside lockers folded by name (`model::delta::outside_lockers_by_name`): the first pid
     /// of each name -> every pid of it.
     pub locker_groups: HashMap<u32, Vec<u32>>,
+    /// Cgroup (v2) id -> its path as /proc/PID/cgroup writes it, resolved while the trace ran
+    /// (`Harvest::process_cgroups` gives each process's id).
+    pub cgroup_paths: HashMap<u64, String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -172,6 +175,9 @@ pub struct Entry {
     pub pid: u32,
     /// Its name, when known.
     pub comm: Option<String>,
+    /// The mm owner's cgroup (v2) path, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
     /// Set with per-thread aggregation, and always for outside lockers.
     pub tid: Option<u32>,
     pub outside_locker: bool,
@@ -212,6 +218,9 @@ pub struct Entry {
 pub struct Locker {
     pub pid: u32,
     pub comm: Option<String>,
+    /// Its cgroup (v2) path, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
     /// The processes of this name folded into this locker (1 unless `--per-pid` was not given
     /// and several processes of the name locked: a /proc reader loop); `pid` is the first.
     pub processes: usize,
@@ -258,6 +267,9 @@ pub struct ProcessRow {
     pub pid: u32,
     /// From /proc when the report was built, else as the kernel recorded it, else "?".
     pub comm: String,
+    /// Its cgroup (v2) path as /proc/PID/cgroup writes it, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
     pub waits: u64,
     pub wait_ns: u64,
     pub max_wait_ns: u64,

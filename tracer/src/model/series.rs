@@ -19,6 +19,8 @@ pub struct SeriesKey {
     pub comm: String,
     /// With `--label-pid` only: pids are unbounded over a daemon's life.
     pub pid: Option<u32>,
+    /// With `--label-cgroup` only: the locking process's cgroup (v2) path, "" when unknown.
+    pub cgroup: Option<String>,
     pub cause: &'static str,
     pub mode: Mode,
     pub kind: Kind,
@@ -46,6 +48,7 @@ impl Default for SeriesValue {
 #[derive(Clone, Debug)]
 pub struct SeriesSettings {
     pub label_pid: bool,
+    pub label_cgroup: bool,
     pub max_series: usize,
     /// Only processes of these names (`--comm`); every process when empty.
     pub comms: Vec<String>,
@@ -62,13 +65,16 @@ impl Series {
     /// Adds one window (a report of what happened since the previous one).
     pub fn fold(&mut self, window: &Report, settings: &SeriesSettings) {
         for entry in &window.entries {
-            let (pid, comm) = locking_process(entry);
+            let (pid, comm, cgroup) = locking_process(entry);
             if !settings.comms.is_empty() && !settings.comms.contains(&comm) {
                 continue;
             }
             let key = SeriesKey {
                 comm,
                 pid: settings.label_pid.then_some(pid),
+                cgroup: settings
+                    .label_cgroup
+                    .then(|| cgroup.unwrap_or_default().to_string()),
                 cause: entry.cause.id(),
                 mode: entry.mode,
                 kind: entry.kind,
@@ -93,13 +99,19 @@ impl Series {
 
 /// The process that waited or held: an outside locker (a /proc reader, a debugger) is named
 /// for itself, not for the process whose lock it took, as the report's process table does.
-fn locking_process(entry: &Entry) -> (u32, String) {
+fn locking_process(entry: &Entry) -> (u32, String, Option<&str>) {
     let unnamed = || UNKNOWN_COMM.to_string();
     match &entry.locker {
-        Some(locker) if entry.outside_locker => {
-            (locker.pid, locker.comm.clone().unwrap_or_else(unnamed))
-        }
-        _ => (entry.pid, entry.comm.clone().unwrap_or_else(unnamed)),
+        Some(locker) if entry.outside_locker => (
+            locker.pid,
+            locker.comm.clone().unwrap_or_else(unnamed),
+            locker.cgroup.as_deref(),
+        ),
+        _ => (
+            entry.pid,
+            entry.comm.clone().unwrap_or_else(unnamed),
+            entry.cgroup.as_deref(),
+        ),
     }
 }
 
@@ -171,6 +183,7 @@ mod tests {
     fn settings(label_pid: bool, max_series: usize) -> SeriesSettings {
         SeriesSettings {
             label_pid,
+            label_cgroup: false,
             max_series,
             comms: Vec::new(),
         }
@@ -268,12 +281,26 @@ mod tests {
         entry.locker = Some(crate::model::report::Locker {
             pid: 20,
             comm: Some("ps".into()),
+            cgroup: Some("/user.slice".into()),
             processes: 1,
         });
         let mut series = Series::default();
         series.fold(&harvest_report, &settings(true, 100));
         let key = series.series.keys().next().unwrap();
         assert_eq!((key.comm.as_str(), key.pid), ("ps", Some(20)));
+        assert_eq!(key.cgroup, None, "no cgroup label unless asked for");
+        let mut by_cgroup = Series::default();
+        let labelled = SeriesSettings {
+            label_cgroup: true,
+            ..settings(false, 100)
+        };
+        by_cgroup.fold(&harvest_report, &labelled);
+        let key = by_cgroup.series.keys().next().unwrap();
+        assert_eq!(
+            key.cgroup.as_deref(),
+            Some("/user.slice"),
+            "the locker's own"
+        );
     }
 
     #[test]

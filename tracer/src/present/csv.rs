@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 
 use crate::model::report::{Entry, Report};
 
-pub const HEADER: [&str; 29] = [
+pub const HEADER: [&str; 31] = [
     "kind",
     "mode",
     "cause",
@@ -44,6 +44,9 @@ pub const HEADER: [&str; 29] = [
     // share of events whose user stacks were not copied.
     "max_is_upper_bound",
     "user_stack_estimated",
+    // The cgroup (v2) paths of `pid` and of the outside locker, where known.
+    "cgroup",
+    "locker_cgroup",
 ];
 
 /// `kind` of the rows that carry a lost-event counter.
@@ -118,6 +121,11 @@ fn row(e: &Entry) -> impl Iterator<Item = String> {
         e.comm.clone().unwrap_or_default(),
         e.max_is_upper_bound.to_string(),
         e.user_stack_estimated.to_string(),
+        e.cgroup.clone().unwrap_or_default(),
+        e.locker
+            .as_ref()
+            .and_then(|l| l.cgroup.clone())
+            .unwrap_or_default(),
     ]
     .into_iter()
 }
@@ -183,7 +191,8 @@ mod tests {
         assert_eq!(
             lines[1],
             "hold,write,munmap,1,40000000,40000000,40000000,40000000,40000000,42,,,false,,,true,fp,\
-             munmap <- scan_file <- __vm_munmap <- do_syscall_64,,,,40000000,0,0,0,0,app,false,false"
+             munmap <- scan_file <- __vm_munmap <- do_syscall_64,,,,40000000,0,0,0,0,app,false,false,\
+             /system.slice/app.service,"
         );
         assert!(
             lines.iter().any(|l| l.contains(",true,9,cat,true,")),
@@ -200,7 +209,10 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         // The munmap hold: off CPU 15 ms running, 5 runnable, 20 asleep (15 in D); caused 750 µs.
         assert!(
-            lines[1].ends_with(",,,,15000000,5000000,20000000,15000000,750000,app,false,false"),
+            lines[1].ends_with(
+                ",,,,15000000,5000000,20000000,15000000,750000,app,false,false,\
+                 /system.slice/app.service,"
+            ),
             "{}",
             lines[1]
         );
@@ -249,8 +261,12 @@ mod tests {
         report.entries[0].user_stack_estimated = true;
         let text = render(&report);
         let lines: Vec<&str> = text.lines().collect();
-        assert!(lines[1].ends_with(",app,true,true"), "{}", lines[1]);
-        assert!(lines[2].ends_with(",false,false"), "{}", lines[2]);
+        assert!(
+            lines[1].ends_with(",app,true,true,/system.slice/app.service,"),
+            "{}",
+            lines[1]
+        );
+        assert!(lines[2].contains(",false,false,/"), "{}", lines[2]);
     }
 
     #[test]

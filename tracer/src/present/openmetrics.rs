@@ -116,6 +116,9 @@ impl Scrape {
             if let Some(pid) = key.pid {
                 labels.push(("pid", pid.to_string()));
             }
+            if let Some(cgroup) = &key.cgroup {
+                labels.push(("cgroup", cgroup.clone()));
+            }
             family.encode_family(&labels)?.encode_histogram(
                 value.sum_ns as f64 / 1e9,
                 value.count,
@@ -253,6 +256,7 @@ mod tests {
             SeriesKey {
                 comm: comm.into(),
                 pid: None,
+                cgroup: Some("/system.slice/a.service".into()),
                 cause: "mmap",
                 mode: Mode::Write,
                 kind: Kind::Wait,
@@ -283,7 +287,8 @@ mod tests {
             text.contains("# TYPE mmap_lock_seconds histogram"),
             "{text}"
         );
-        let labels = r#"comm="cc1",cause="mmap",mode="write",kind="wait""#;
+        let labels =
+            r#"comm="cc1",cause="mmap",mode="write",kind="wait",cgroup="/system.slice/a.service""#;
         assert!(
             text.contains(&format!("mmap_lock_seconds_count{{{labels}}} 3")),
             "{text}"

@@ -362,9 +362,15 @@ impl Builder {
             ("cause", e.cause.label().to_string()),
             ("process", escaped(process).into_owned()),
         ];
+        if let Some(cgroup) = &e.cgroup {
+            texts.push(("cgroup", escaped(cgroup).into_owned()));
+        }
         if let Some(locker) = &e.locker {
             let comm = locker.comm.as_deref().unwrap_or(UNKNOWN_COMM);
             texts.push(("outside_locker", escaped(comm).into_owned()));
+            if let Some(cgroup) = &locker.cgroup {
+                texts.push(("outside_locker_cgroup", escaped(cgroup).into_owned()));
+            }
         }
         if let Some(thread) = &e.thread_name {
             texts.push(("thread", escaped(thread).into_owned()));
@@ -452,7 +458,7 @@ mod tests {
                 .iter()
                 .map(|l| p.string_table[l.key as usize].as_str())
                 .collect();
-            for key in ["kind", "mode", "cause", "process", "pid"] {
+            for key in ["kind", "mode", "cause", "process", "pid", "cgroup"] {
                 assert!(keys.contains(&key), "{keys:?}");
             }
         }

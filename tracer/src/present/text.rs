@@ -229,15 +229,34 @@ fn processes(out: &mut String, r: &Report, top: usize) {
         .max()
         .unwrap_or(0)
         .clamp(16, 40);
+    // Only where processes are in cgroups of their own: beside v1 controllers, every process
+    // may sit in the unified hierarchy's root.
+    let cgroups = shown
+        .iter()
+        .any(|p| p.cgroup.as_deref().is_some_and(|c| c != "/"));
     let _ = writeln!(
         out,
-        "{:>8} {:<width$} {:>9} {:>10} {:>10} {:>6} {:>9} {:>10} {:>10}",
-        "pid", "comm", "waits", "wait", "max wait", "share", "holds", "hold", "max hold"
+        "{:>8} {:<width$} {:>9} {:>10} {:>10} {:>6} {:>9} {:>10} {:>10}{}",
+        "pid",
+        "comm",
+        "waits",
+        "wait",
+        "max wait",
+        "share",
+        "holds",
+        "hold",
+        "max hold",
+        if cgroups { "  cgroup" } else { "" }
     );
     for (p, name) in shown.iter().zip(names) {
+        let cgroup = match (cgroups, &p.cgroup) {
+            (true, Some(path)) => format!("  {}", escaped(path)),
+            (true, None) => "  ?".to_string(),
+            (false, _) => String::new(),
+        };
         let _ = writeln!(
             out,
-            "{:>8} {:<width$} {:>9} {:>10} {:>10} {:>5.1}% {:>9} {:>10} {:>10}",
+            "{:>8} {:<width$} {:>9} {:>10} {:>10} {:>5.1}% {:>9} {:>10} {:>10}{cgroup}",
             p.pid,
             name,
             p.waits,
@@ -618,6 +637,10 @@ fn remedy(counter: &str) -> Option<&'static str> {
         }
         "timeline_dropped" => "the timeline ring filled: raise --threshold to keep fewer events",
         "waker_map_full" => "more kinds of holder sleeps and wakers than the wakers map holds (4096)",
+        "cgroup_map_full" => {
+            "more locking processes than the cgroups map holds (16384): those beyond it are \
+             shown without their cgroup"
+        }
         _ => return None,
     })
 }
@@ -1027,6 +1050,9 @@ mod tests {
         let mut report = build_report(&harvest, &symbols, &meta);
         report.processes[0].comm = "true".into();
         report.processes[0].processes = 3180;
+        for row in &mut report.processes {
+            row.cgroup = None;
+        }
         let text = render(&report, 10);
         let table: Vec<&str> = text
             .lines()
@@ -1037,6 +1063,39 @@ mod tests {
         assert!(table[1].contains(" true (3180 processes) "), "{text}");
         let widths: Vec<usize> = table.iter().map(|l| l.chars().count()).collect();
         assert!(widths.iter().all(|w| *w == widths[0]), "{table:#?}");
+    }
+
+    #[test]
+    fn processes_in_cgroups_of_their_own_show_them_escaped() {
+        let (harvest, symbols, mut meta) = sample();
+        meta.system_wide = true;
+        meta.pids.clear();
+        let mut report = build_report(&harvest, &symbols, &meta);
+        let text = render(&report, 10);
+        let table: Vec<&str> = text
+            .lines()
+            .skip_while(|l| !l.starts_with("Top 2 of 2 processes"))
+            .skip(1)
+            .take(3)
+            .collect();
+        assert!(table[0].ends_with("max hold  cgroup"), "{text}");
+        assert!(table[1].ends_with("  /system.slice/app.service"), "{text}");
+        assert!(
+            table[2].ends_with("  /user.slice/user-1000.slice/session-2.scope"),
+            "{text}"
+        );
+        report.processes[1].cgroup = Some("/evil\n[fake row]".into());
+        report.processes[0].cgroup = Some("/".into());
+        let text = render(&report, 10);
+        assert!(!text.contains("\n[fake row]"), "{text}");
+        for row in &mut report.processes {
+            row.cgroup = Some("/".into());
+        }
+        let text = render(&report, 10);
+        assert!(
+            !text.contains("cgroup"),
+            "all in the root: no column\n{text}"
+        );
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 mod batch;
 mod blockers;
+mod cgroups;
 mod closing;
 mod contention;
 mod errors;
@@ -145,7 +146,7 @@ const EXITED_PIDS: &str = "EXITED_PIDS";
 const MM_OF_TARGET: &str = "MM_OF_TARGET";
 /// Every core map, with the timeline's ring buffer.
 #[cfg(test)]
-const CORE_MAPS: [&str; 20] = [
+const CORE_MAPS: [&str; 22] = [
     AGG,
     ARMED,
     COUNTERS,
@@ -165,6 +166,8 @@ const CORE_MAPS: [&str; 20] = [
     THREAD_EXITS,
     EXITED_PIDS,
     MM_OF_TARGET,
+    cgroups::PROCESS_CGROUPS,
+    cgroups::CGROUP_FILTER,
     timeline::TIMELINE,
 ];
 
@@ -211,6 +214,9 @@ pub struct ProbeSettings {
     pub inherit: bool,
     /// How the programs' runs are counted for the self-cost.
     pub self_cost: SelfCostMode,
+    /// `--cgroup`: system-wide, only the processes of these cgroups (v2 directories) and of
+    /// the cgroups below them.
+    pub cgroups: Vec<std::path::PathBuf>,
 }
 
 /// Processes of a traced command's tree alive at once that can be traced (inherit).
@@ -270,6 +276,8 @@ pub struct Probes {
     agg_capacity: usize,
     /// Whether the programs follow the listed targets' forks (a traced command's tree).
     follows_forks: bool,
+    /// `--cgroup`'s cgroups, whose subtrees the programs' filter is kept current with.
+    cgroup_filter: cgroups::CgroupFilter,
 }
 
 /// The running kernel's BTF, parsed once while the programs load: each BTF tracepoint family
@@ -419,6 +427,7 @@ impl Probes {
             timeline_threshold_ns: settings.timeline_threshold_ns,
             system_wide: settings.system_wide as u32,
             target_slots: settings.target_slots as u32,
+            cgroup_filter: !settings.cgroups.is_empty() as u32,
             ..Config::ZERO
         };
         let setup = Setup {
@@ -436,6 +445,8 @@ impl Probes {
         // The outside lockers' names too: a /proc reader loop beside a `-p` target starts
         // hundreds of them a second, each named (1 MiB of kernel memory).
         loader.map_max_entries(LOCKER_COMMS, SYSTEM_WIDE_PROCESSES);
+        loader.map_max_entries(cgroups::PROCESS_CGROUPS, SYSTEM_WIDE_PROCESSES);
+        loader.map_max_entries(cgroups::CGROUP_FILTER, cgroups::FILTER_CGROUPS);
         if settings.system_wide || settings.inherit {
             for name in [
                 TARGET_MMS,
@@ -506,6 +517,8 @@ impl Probes {
         }
         forget_kernel_btf();
         let run_stats = self_cost::RunTimeStats::enable(settings.self_cost, &ebpf);
+        let cgroup_filter = cgroups::CgroupFilter::new(settings.cgroups.clone());
+        cgroup_filter.refresh(&mut ebpf)?;
         Ok(Self {
             ebpf,
             timeline,
@@ -520,6 +533,7 @@ impl Probes {
             classic_links,
             agg_capacity: settings.max_entries as usize,
             follows_forks: settings.inherit,
+            cgroup_filter,
         })
     }
 

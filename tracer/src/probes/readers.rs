@@ -14,6 +14,7 @@ pub(super) fn read_maps(
     let mut harvest = Harvest {
         counters: read_counters(&map_ref(ebpf, COUNTERS)?)?,
         locker_comms: read_comms(&map_ref(ebpf, LOCKER_COMMS)?),
+        process_cgroups: cgroups::read_process_cgroups(ebpf)?,
         features: probes.features,
         timeline,
         run_stats: self_cost::read_runs(ebpf, &probes.run_stats),

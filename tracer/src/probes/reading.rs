@@ -56,6 +56,7 @@ impl Forget for Probes {
         let comms: Vec<u32> = gone.iter().copied().collect();
         deleted += delete_from(&self.ebpf, LOCKER_COMMS, &comms)?;
         deleted += delete_from(&self.ebpf, EXEC_COMMS, &comms)?;
+        deleted += delete_from(&self.ebpf, cgroups::PROCESS_CGROUPS, &comms)?;
         delete_from(&self.ebpf, EXITED_PIDS, &comms)?;
         if deleted > 0 {
             // A map that refused an insert is marked full, and the programs stop trying to
@@ -100,6 +101,14 @@ impl Source for Probes {
     /// process that locked its own mm; some may have exited since).
     fn exec_names(&self) -> Result<HashMap<u32, String>> {
         Ok(read_comms(&map_ref(&self.ebpf, EXEC_COMMS)?))
+    }
+
+    fn process_cgroups(&self) -> Result<HashMap<u32, u64>> {
+        cgroups::read_process_cgroups(&self.ebpf)
+    }
+
+    fn refresh_cgroup_filter(&mut self) -> Result<()> {
+        self.cgroup_filter.refresh(&mut self.ebpf)
     }
 
     fn registered_pids(&self) -> Result<Vec<u32>> {

@@ -36,6 +36,10 @@ pub trait Source: Forget {
     fn registered_pids(&self) -> Result<Vec<u32>>;
     /// The names the traced processes took at their last exec during the trace.
     fn exec_names(&self) -> Result<HashMap<u32, String>>;
+    /// Each locking process's cgroup (v2) id, as the programs recorded it.
+    fn process_cgroups(&self) -> Result<HashMap<u32, u64>>;
+    /// `--cgroup`: adds the cgroups created below the given ones since the last call.
+    fn refresh_cgroup_filter(&mut self) -> Result<()>;
     /// The processes whose user stacks the collected data refers to.
     fn user_stack_owners(&self) -> Result<HashSet<u32>>;
     /// (summed lifetimes inside the trace in ns, number) of the target threads that exited.
