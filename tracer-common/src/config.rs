@@ -106,18 +106,19 @@ mod tests {
 
     #[test]
     fn config_has_no_implicit_padding() {
-        // 3 x TracepointFields (16) + 8 x u32 + 6 x i32 + u64 + 4 x u32 + 2 x u64 + 14 x u32
+        // 3 x TracepointFields (16) + 8 x u32 + 24 x i32 + u64 + 4 x u32 + 2 x u64 + 14 x u32
         // + u64 + 8 x u32: every field is explicit, so the kernel and user space read the same
         // bytes.
         assert_eq!(
             core::mem::size_of::<Config>(),
-            48 + 32 + 24 + 8 + 16 + 16 + 56 + 8 + 32
+            48 + 32 + 96 + 8 + 16 + 16 + 56 + 8 + 32
         );
         assert_eq!(core::mem::align_of::<Config>(), 8);
-        assert_eq!(core::mem::offset_of!(Config, stack_threshold_ns), 104);
-        assert_eq!(core::mem::offset_of!(Config, tracer_tgid), 112);
-        assert_eq!(core::mem::offset_of!(Config, target_slots), 124);
-        assert_eq!(core::mem::offset_of!(Config, system_wide), 132);
-        assert_eq!(core::mem::offset_of!(Config, timeline_threshold_ns), 136);
+        assert_eq!(core::mem::offset_of!(Config, stack_threshold_ns), 176);
+        // The fields every lock event reads first, in one cache line.
+        assert_eq!(core::mem::offset_of!(Config, tracer_tgid), 184);
+        assert_eq!(core::mem::offset_of!(Config, target_slots), 196);
+        assert_eq!(core::mem::offset_of!(Config, system_wide), 204);
+        assert_eq!(core::mem::offset_of!(Config, timeline_threshold_ns), 208);
     }
 }

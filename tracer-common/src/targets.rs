@@ -15,9 +15,9 @@ pub struct FastTargets {
     pub mms: [u64; FAST_TARGETS],
 }
 
-/// Causes a LEAN_AGG entry is kept by: none, the mm syscalls (1 + index into MM_SYSCALLS), and
-/// a user page fault outside them.
-pub const FAST_CAUSES: u32 = 1 + crate::MM_SYSCALLS.len() as u32 + 1;
+/// Causes a LEAN_AGG entry is kept by: none, the syscall causes (`SYSCALL_CAUSES`: the mm
+/// syscalls, then the others), and a user page fault outside them.
+pub const FAST_CAUSES: u32 = 1 + crate::SYSCALL_CAUSES as u32 + 1;
 
 /// The lean path (`--lean`, `serve`, `-a --lean`) reads the cause of a wait or hold at least
 /// this long from the saved registers (its syscall, or a fault) when it ends; a shorter one,
@@ -109,7 +109,7 @@ mod tests {
 
     #[test]
     fn every_cause_but_a_fault_inside_a_syscall_has_a_slot_and_comes_back() {
-        for syscall in 0..=crate::MM_SYSCALLS.len() as u8 {
+        for syscall in 0..=crate::SYSCALL_CAUSES as u8 {
             for fault in [0, 1] {
                 match fast_cause(syscall, fault) {
                     Some(cause) => assert_eq!(cause_parts(cause), (syscall, fault)),
@@ -117,7 +117,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(fast_cause(crate::MM_SYSCALLS.len() as u8 + 1, 0), None);
+        assert_eq!(fast_cause(crate::SYSCALL_CAUSES as u8 + 1, 0), None);
     }
 
     #[test]

@@ -7,7 +7,10 @@ use aya_ebpf::{
     macros::map,
     maps::{LruHashMap, PerCpuArray},
 };
-use tracer_common::{Effects, LockState, SyscallState, FAULTS_TOOK_MMAP_LOCK, FAULT_SLOTS};
+use tracer_common::{
+    Effects, LockState, SyscallState, EXEC_CAUSE, FAULTS_TOOK_MMAP_LOCK, FAULT_SLOTS, FORK_CAUSE,
+    MM_SYSCALLS, OTHER_SYSCALL_CAUSE, READ_CAUSE, WRITE_CAUSE,
+};
 
 use crate::{
     context::Regs,
@@ -20,7 +23,7 @@ use crate::{
 pub struct Entry {
     /// Through an exception: a user page fault.
     pub fault: bool,
-    /// 1 + index into MM_SYSCALLS of the mm syscall it is in, or 0.
+    /// The syscall cause (tracer_common's READ_CAUSE and others), or 0.
     pub syscall: u8,
 }
 
@@ -57,12 +60,30 @@ pub fn kernel_entry<R: Regs>(locker: &Locker) -> Entry {
 #[map]
 pub static SYSCALLS_ACTIVE: LruHashMap<u32, SyscallState> = LruHashMap::with_max_entries(16384, 0);
 
-/// 1 + the index in MM_SYSCALLS of syscall number `nr`, 0 when it is none of them.
+/// The syscall cause of syscall number `nr`: 1 + its index in MM_SYSCALLS, READ_CAUSE or
+/// WRITE_CAUSE for the syscalls that copy to or from user memory, EXEC_CAUSE for an exec,
+/// FORK_CAUSE for a fork, OTHER_SYSCALL_CAUSE for any other; 0 for an exception (-1).
 #[inline(always)]
 pub fn cause_of(nr: i64) -> u8 {
-    match config().syscalls.nrs.iter().position(|&n| n as i64 == nr) {
-        Some(index) => index as u8 + 1,
-        None => 0,
+    let syscalls = &config().syscalls;
+    let is = |n: &i32| *n as i64 == nr;
+    if let Some(index) = syscalls.nrs.iter().position(is) {
+        return index as u8 + 1;
+    }
+    if syscalls.read_nrs.iter().any(is) {
+        READ_CAUSE
+    } else if syscalls.write_nrs.iter().any(is) {
+        WRITE_CAUSE
+    } else if let Some(index) = syscalls.process_nrs.iter().position(is) {
+        if index < 2 {
+            EXEC_CAUSE
+        } else {
+            FORK_CAUSE
+        }
+    } else if nr >= 0 {
+        OTHER_SYSCALL_CAUSE
+    } else {
+        0
     }
 }
 
@@ -79,12 +100,12 @@ pub fn current(locker: &Locker) -> u8 {
     }
 }
 
-/// Adds a lock operation's wait and hold to what its syscall will be handed at its exit
-/// (`cause` non-zero: the operation serves one), and returns the cause.
+/// Adds a lock operation's wait and hold to what its mm syscall will be handed at its exit
+/// (`cause` one of MM_SYSCALLS': the operation serves one), and returns the cause.
 #[inline(always)]
 pub fn charge(st: &mut LockState, fx: &Effects) -> u8 {
-    if st.cause == 0 {
-        return 0;
+    if st.cause == 0 || st.cause as usize > MM_SYSCALLS.len() {
+        return st.cause;
     }
     if let Some((_, ns)) = fx.wait {
         st.syscall_wait_ns += ns;

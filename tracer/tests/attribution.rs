@@ -187,6 +187,56 @@ fn syscall_causes_come_without_syscall_tracepoints() {
     }
 }
 
+/// A lock taken inside a syscall that is not an mm syscall is named by it without a stack:
+/// pread() into a fresh buffer faults its pages in from the kernel (copy_to_user), under
+/// mmap_lock and without the per-VMA lock, one lock per page (two threads' 1 MiB buffers: up
+/// to 512), all `in read()`; and with no stack taken, no operation of the target's own is left
+/// `no stack (short)`. On the classic fallback too.
+#[test]
+fn locks_inside_other_syscalls_are_named_by_them_without_stacks() {
+    if !bpf_available("locks_inside_other_syscalls_are_named_by_them_without_stacks") {
+        return;
+    }
+    let _serial = serial();
+    for extra in [&[][..], &["--classic-tracepoints"][..]] {
+        let mut args = vec!["--format", "json", "--stack-threshold", "10s"];
+        args.extend_from_slice(extra);
+        let (result, _) = trace_workload(
+            &[
+                "files",
+                "--method",
+                "pread",
+                "--threads",
+                "2",
+                "--files",
+                "2",
+                "--file-size",
+                "1M",
+                "--seconds",
+                "1",
+            ],
+            &args,
+        );
+        let report = json(&result.stdout);
+        let own = entries(&report)
+            .iter()
+            .filter(|e| e["outside_locker"] == false)
+            .collect::<Vec<_>>();
+        let in_read: u64 = own
+            .iter()
+            .filter(|e| e["kind"] == "hold" && e["cause"] == "in_read")
+            .map(|e| u(&e["count"]))
+            .sum();
+        assert!(
+            (128..=512 + 64).contains(&in_read),
+            "{in_read} holds in read() for two 1 MiB buffers ({extra:?}): {}",
+            report["causes"]
+        );
+        let unknown: Vec<_> = own.iter().filter(|e| e["cause"] == "no_stack").collect();
+        assert!(unknown.is_empty(), "{extra:?}: {unknown:#?}");
+    }
+}
+
 /// Yang Shi's case: one huge mprotect holds the lock for write for milliseconds; the readers
 /// it blocked wait behind it, and the hold's "blocked others" says how much waiting it caused.
 #[test]

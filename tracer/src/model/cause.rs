@@ -17,6 +17,18 @@ pub enum Cause {
     ProcReader,
     /// A thread or process exiting (exit_mm, exit_mmap).
     Exit,
+    /// Inside a syscall that copies into user memory (read, pread64, readv, preadv, recvfrom),
+    /// known from the saved registers without a stack: a fault on its buffer, nearly always.
+    InRead,
+    /// Inside a syscall that copies from user memory (write, pwrite64, writev, sendto).
+    InWrite,
+    /// An exec setting up the new program's mm (execve, execveat).
+    Exec,
+    /// A fork copying the parent's mappings (clone, fork, vfork; dup_mmap), which holds the
+    /// parent's lock for write for the whole copy.
+    Fork,
+    /// Inside any other syscall that is not an mm syscall.
+    InOtherSyscall,
     Other,
     /// Shorter than the stack threshold: no stack was taken.
     NoStack,
@@ -35,6 +47,11 @@ impl Cause {
             Cause::Madvise => "madvise",
             Cause::ProcReader => "proc_reader",
             Cause::Exit => "exit",
+            Cause::InRead => "in_read",
+            Cause::InWrite => "in_write",
+            Cause::Exec => "exec",
+            Cause::Fork => "fork",
+            Cause::InOtherSyscall => "in_other_syscall",
             Cause::Other => "other",
             Cause::NoStack => "no_stack",
         }
@@ -51,15 +68,36 @@ impl Cause {
             Cause::Madvise => "madvise",
             Cause::ProcReader => "/proc reader",
             Cause::Exit => "exit",
+            Cause::InRead => "in read()",
+            Cause::InWrite => "in write()",
+            Cause::Exec => "exec",
+            Cause::Fork => "fork",
+            Cause::InOtherSyscall => "in a syscall",
             Cause::Other => "other",
             Cause::NoStack => "no stack (short)",
         }
     }
 }
 
-/// Highest priority first: a syscall that faults pages in (mmap with MAP_POPULATE) is an mmap,
-/// and a /proc read is a /proc read even though it goes through access_remote_vm's fault path.
+/// Highest priority first: an exec's mappings are the exec's, a syscall that faults pages in
+/// (mmap with MAP_POPULATE) is an mmap, and a /proc read is a /proc read even though it goes
+/// through access_remote_vm's fault path.
 const PRIORITY: &[(Cause, &[&str])] = &[
+    (
+        Cause::Exec,
+        &[
+            "begin_new_exec",
+            "exec_mmap",
+            "setup_arg_pages",
+            "load_elf_binary",
+            "bprm_execve",
+            "do_execveat_common",
+        ],
+    ),
+    (
+        Cause::Fork,
+        &["dup_mmap", "dup_mm", "copy_process", "kernel_clone"],
+    ),
     (
         Cause::Munmap,
         &[
@@ -141,8 +179,9 @@ const PRIORITY: &[(Cause, &[&str])] = &[
     ),
 ];
 
-/// The cause of a lock operation: the mm syscall in progress when one was (1 + index into
-/// MM_SYSCALLS, 0 for none), else its kernel stack, else a user page fault seen just before.
+/// The cause of a lock operation: the mm syscall in progress when one was (`syscall`: 1 +
+/// index into MM_SYSCALLS, 0 for none), else its kernel stack, else a user page fault seen
+/// just before, else the other syscall it was in (READ_CAUSE and the others).
 pub fn cause_of(syscall: u8, fault: u8, kernel_frames: Option<&[Frame]>) -> Cause {
     const BY_SYSCALL: [Cause; 6] = [
         Cause::Mmap,
@@ -160,6 +199,13 @@ pub fn cause_of(syscall: u8, fault: u8, kernel_frames: Option<&[Frame]>) -> Caus
     }
     match (classify(kernel_frames), fault != 0) {
         (Cause::NoStack | Cause::Other, true) => Cause::PageFault,
+        (Cause::NoStack | Cause::Other, false) if syscall > 0 => match syscall {
+            tracer_common::READ_CAUSE => Cause::InRead,
+            tracer_common::WRITE_CAUSE => Cause::InWrite,
+            tracer_common::EXEC_CAUSE => Cause::Exec,
+            tracer_common::FORK_CAUSE => Cause::Fork,
+            _ => Cause::InOtherSyscall,
+        },
         (cause, _) => cause,
     }
 }
@@ -193,7 +239,21 @@ mod tests {
     fn ids_are_what_json_says() {
         use Cause::*;
         for cause in [
-            PageFault, Mmap, Munmap, Mprotect, Brk, Mremap, Madvise, ProcReader, Exit, Other,
+            PageFault,
+            Mmap,
+            Munmap,
+            Mprotect,
+            Brk,
+            Mremap,
+            Madvise,
+            ProcReader,
+            Exit,
+            InRead,
+            InWrite,
+            Exec,
+            Fork,
+            InOtherSyscall,
+            Other,
             NoStack,
         ] {
             let json = serde_json::to_string(&cause).unwrap();
@@ -255,7 +315,36 @@ mod tests {
         assert_eq!(cause_of(0, 1, None), Cause::PageFault);
         assert_eq!(cause_of(0, 0, None), Cause::NoStack);
         assert_eq!(cause_of(6, 0, None), Cause::Brk);
-        assert_eq!(cause_of(7, 0, None), Cause::NoStack, "out of range");
+        // Other syscalls, where neither a stack nor a fault says more.
+        assert_eq!(cause_of(7, 0, None), Cause::InRead);
+        assert_eq!(cause_of(8, 0, None), Cause::InWrite);
+        assert_eq!(cause_of(9, 0, None), Cause::Exec);
+        assert_eq!(cause_of(10, 0, None), Cause::Fork);
+        assert_eq!(cause_of(11, 0, None), Cause::InOtherSyscall);
+        let fork = stack(&["dup_mmap", "copy_process", "kernel_clone", "__do_sys_clone"]);
+        assert_eq!(classify(Some(&fork)), Cause::Fork);
+        let exec = stack(&[
+            "vm_mmap_pgoff",
+            "elf_load",
+            "load_elf_binary",
+            "bprm_execve",
+        ]);
+        assert_eq!(
+            classify(Some(&exec)),
+            Cause::Exec,
+            "an exec's mappings are the exec's"
+        );
+        let exec = stack(&["setup_arg_pages", "load_elf_binary", "bprm_execve"]);
+        assert_eq!(classify(Some(&exec)), Cause::Exec);
+        assert_eq!(
+            cause_of(7, 0, Some(&fault)),
+            Cause::PageFault,
+            "its stack says more"
+        );
+        assert_eq!(
+            cause_of(7, 0, Some(&stack(&["proc_pid_status"]))),
+            Cause::ProcReader
+        );
         let proc_read = stack(&["show_smaps_rollup"]);
         assert_eq!(cause_of(0, 1, Some(&proc_read)), Cause::ProcReader);
         for (i, name) in tracer_common::MM_SYSCALLS.iter().enumerate() {

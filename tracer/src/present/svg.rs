@@ -60,6 +60,11 @@ fn cause_palette() -> PaletteMap {
         (Cause::PageFault, rgb(31, 119, 180)),
         (Cause::ProcReader, rgb(44, 160, 44)),
         (Cause::Exit, rgb(127, 127, 127)),
+        (Cause::InRead, rgb(107, 174, 214)),
+        (Cause::InWrite, rgb(253, 174, 107)),
+        (Cause::Exec, rgb(23, 190, 207)),
+        (Cause::Fork, rgb(158, 218, 229)),
+        (Cause::InOtherSyscall, rgb(189, 189, 189)),
         (Cause::Other, rgb(199, 199, 199)),
         (Cause::NoStack, rgb(220, 220, 220)),
     ];

@@ -890,7 +890,7 @@ mod tests {
         for line in [
             "Page faults: 1000 by the target (minor + major, in user mode and in the kernel, from /proc)\n  \
              user-mode faults that fell back from the per-VMA lock: took mmap_lock 3 times (each retry counts), held it 2 times\n  \
-             kernel-mode faults (inside a syscall, e.g. copy_to_user in read(); no per-VMA lock): held mmap_lock 1 times, counting holds with a kernel stack only (the others are in `no stack (short)`)\n  \
+             kernel-mode faults (inside a syscall, e.g. copy_to_user in read(); no per-VMA lock): held mmap_lock 1 times, counting holds with a kernel stack only (the others are in `in read()`, `in write()` and `in a syscall`)\n  \
              filemap faults: 10, 1 of them under mmap_lock\n",
             "(page fault: any fault that took mmap_lock, user-mode or in the kernel; see Page faults above)",
             "munmap            2   50.00 ms   25.00 ms      8.00 ms     40.00 ms",

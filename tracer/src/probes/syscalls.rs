@@ -5,7 +5,7 @@
 
 use anyhow::Result;
 use aya::Ebpf;
-use tracer_common::{Config, SyscallTotals, MM_SYSCALLS};
+use tracer_common::{Config, SyscallTotals, COPYING_SYSCALLS, MM_SYSCALLS};
 
 use super::{Family, Probes};
 use crate::model::{sections::syscalls, Features, Harvest};
@@ -19,6 +19,24 @@ const NUMBERS: [libc::c_long; MM_SYSCALLS.len()] = [
     libc::SYS_mremap,
     libc::SYS_madvise,
     libc::SYS_brk,
+];
+
+/// This architecture's numbers of the syscalls of READ_CAUSE and of WRITE_CAUSE.
+const READING: [libc::c_long; COPYING_SYSCALLS] = [
+    libc::SYS_read,
+    libc::SYS_pread64,
+    libc::SYS_readv,
+    libc::SYS_preadv,
+    libc::SYS_preadv2,
+    libc::SYS_recvfrom,
+];
+const WRITING: [libc::c_long; COPYING_SYSCALLS] = [
+    libc::SYS_write,
+    libc::SYS_pwrite64,
+    libc::SYS_writev,
+    libc::SYS_pwritev,
+    libc::SYS_pwritev2,
+    libc::SYS_sendto,
 ];
 
 pub(super) const FAMILY: Family = Family {
@@ -82,6 +100,21 @@ fn configure(tracefs: &Tracefs, config: &mut Config) -> Result<()> {
     for (slot, nr) in config.syscalls.nrs.iter_mut().zip(NUMBERS) {
         *slot = nr as i32;
     }
+    for (slot, nr) in config.syscalls.read_nrs.iter_mut().zip(READING) {
+        *slot = nr as i32;
+    }
+    for (slot, nr) in config.syscalls.write_nrs.iter_mut().zip(WRITING) {
+        *slot = nr as i32;
+    }
+    config.syscalls.process_nrs = [
+        libc::SYS_execve,
+        libc::SYS_execveat,
+        libc::SYS_clone,
+        libc::SYS_clone3,
+        libc::SYS_fork,
+        libc::SYS_vfork,
+    ]
+    .map(|nr| nr as i32);
     Ok(())
 }
 

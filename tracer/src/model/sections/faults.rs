@@ -118,7 +118,7 @@ pub fn text(out: &mut String, f: &Faults, r: &Report) {
         out,
         "  kernel-mode faults (inside a syscall, e.g. copy_to_user in read(); no per-VMA lock): \
          held mmap_lock {} times, counting holds with a kernel stack only (the others are in \
-         `no stack (short)`)",
+         `in read()`, `in write()` and `in a syscall`)",
         f.kernel_mode_holds
     );
     if r.features.filemap {
