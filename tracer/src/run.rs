@@ -304,14 +304,19 @@ fn load_and_arm(
     probes.log_map_memory();
     for &pid in pids {
         probes.add_target(pid)?;
-        if !probes.discover_mm(pid)? {
-            log::debug!("mm of pid {pid} not discovered yet; its first lock will register it");
-        }
     }
     let origin_ns = procfs::monotonic_ns();
     probes.set_trace_start(origin_ns)?;
     probes.set_armed(true)?;
     probes.start_self_cost();
+    // Armed: discovering an idle target's mm locks it from this process, which the report
+    // shows like the tracer's later /proc reads (an outside locker's disturbance is the
+    // target's, whoever caused it).
+    for &pid in pids {
+        if !probes.discover_mm(pid)? {
+            log::debug!("mm of pid {pid} not discovered yet; its first lock will register it");
+        }
+    }
     Ok((probes, origin_ns))
 }
 

@@ -194,6 +194,47 @@ fn classic_tracepoints_time_the_known_hold() {
 /// less still takes them, and loading them keeps attaching under a second.
 const VERIFIER_BUDGET: u64 = 150_000;
 
+/// Discovering an idle target's mm locks it from the tracer (a read of /proc/PID/cmdline): the
+/// trace is armed by then, so the report shows that lock as the tracer's, an outside locker
+/// like its later /proc reads (from 6.17 those take no lock: on 6.18 the discovery is all
+/// there is), while the idle target itself locked nothing.
+#[test]
+fn the_tracers_discovery_of_an_idle_target_is_in_the_report() {
+    if !bpf_available("the_tracers_discovery_of_an_idle_target_is_in_the_report") {
+        return;
+    }
+    let _serial = serial();
+    let target = Workload::spawn(&["idle", "--seconds", "0"]);
+    let tracer = Tracer::spawn(&[
+        "-p".into(),
+        target.pid.to_string(),
+        "-d".into(),
+        "0.5".into(),
+        "--format".into(),
+        "json".into(),
+    ]);
+    let tracer_pid = tracer.pid();
+    let result = tracer.finish();
+    target.start();
+    target.finish();
+    assert!(result.status.success(), "{}", result.stderr);
+    let report = json(&result.stdout);
+    let holds_of = |outside: bool| -> u64 {
+        entries(&report)
+            .iter()
+            .filter(|e| e["kind"] == "hold" && e["outside_locker"] == outside)
+            .filter(|e| !outside || e["locker"]["pid"] == tracer_pid)
+            .map(|e| u(&e["count"]))
+            .sum()
+    };
+    assert!(
+        holds_of(true) >= 1,
+        "no lock of the tracer's: {}",
+        report["entries"]
+    );
+    assert_eq!(holds_of(false), 0, "{}", report["entries"]);
+}
+
 /// Every program, the lock programs on both tracepoint paths among them, verifies within the
 /// budget on the running kernel (`-v` prints what the verifier processed for each, from
 /// bpf_prog_info).

@@ -590,7 +590,10 @@ impl Probes {
         set(&mut self.ebpf, pid)?;
         let (done, read) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let _ = std::fs::read(format!("/proc/{pid}/cmdline"));
+            // One byte: one read, one lock (reading it whole takes it once a read call).
+            if let Ok(mut cmdline) = std::fs::File::open(format!("/proc/{pid}/cmdline")) {
+                let _ = std::io::Read::read(&mut cmdline, &mut [0u8; 1]);
+            }
             let _ = done.send(());
         });
         let _ = read.recv_timeout(DISCOVERY_WAIT);
