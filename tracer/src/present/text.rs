@@ -144,13 +144,22 @@ fn answer(out: &mut String, r: &Report) {
         };
         let _ = writeln!(
             out,
-            "{}{who}  ({} wait{} behind {}{})",
+            "{}{who}  ({} behind {}{})",
             answer_head(g.share, g.wait_caused_ns, g.mode, g.cause, &g.place),
-            g.waits_caused,
-            if g.waits_caused == 1 { "" } else { "s" },
+            waits_caused(g.waits_caused, g.wait_caused_ns),
             holds_line(g),
             threads_note(&g.threads)
         );
+    }
+}
+
+/// `3 waits`; `part of a wait` where the waits behind a holder, split over the waiter's
+/// unwound stacks in proportion (`--user-stack dwarf`), came to less than a whole one here.
+fn waits_caused(count: u64, ns: u64) -> String {
+    match count {
+        0 if ns > 0 => "part of a wait".to_string(),
+        1 => "1 wait".to_string(),
+        n => format!("{n} waits"),
     }
 }
 
@@ -1096,6 +1105,14 @@ mod tests {
             !text.contains("cgroup"),
             "all in the root: no column\n{text}"
         );
+    }
+
+    #[test]
+    fn a_share_of_a_wait_split_over_unwound_stacks_is_not_zero_waits() {
+        assert_eq!(waits_caused(0, 1_500), "part of a wait");
+        assert_eq!(waits_caused(1, 1_500), "1 wait");
+        assert_eq!(waits_caused(3, 1_500), "3 waits");
+        assert_eq!(waits_caused(0, 0), "0 waits");
     }
 
     #[test]
