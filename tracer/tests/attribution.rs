@@ -199,25 +199,9 @@ fn locks_inside_other_syscalls_are_named_by_them_without_stacks() {
     }
     let _serial = serial();
     for extra in [&[][..], &["--classic-tracepoints"][..]] {
-        let mut args = vec!["--format", "json", "--stack-threshold", "10s"];
+        let mut args = vec!["--stack-threshold", "10s"];
         args.extend_from_slice(extra);
-        let (result, _) = trace_workload(
-            &[
-                "files",
-                "--method",
-                "pread",
-                "--threads",
-                "2",
-                "--files",
-                "2",
-                "--file-size",
-                "1M",
-                "--seconds",
-                "1",
-            ],
-            &args,
-        );
-        let report = json(&result.stdout);
+        let report = pread_into_fresh_buffers(&args);
         let own = entries(&report)
             .iter()
             .filter(|e| e["outside_locker"] == false)
@@ -527,6 +511,31 @@ fn preempted_holders_show_runnable_time() {
     assert!(preempted_stack, "runnable time on no stacked hold");
 }
 
+/// The JSON report of two threads pread()ing 1 MiB files into buffers of their own that
+/// nothing touched before: each page of the buffers is first written by copy_to_user.
+fn pread_into_fresh_buffers(tracer_args: &[&str]) -> Value {
+    let mut args = vec!["--format", "json"];
+    args.extend_from_slice(tracer_args);
+    let (result, _) = trace_workload(
+        &[
+            "files",
+            "--method",
+            "pread",
+            "--threads",
+            "2",
+            "--files",
+            "4",
+            "--file-size",
+            "1M",
+            "--seconds",
+            "1",
+        ],
+        &args,
+    );
+    assert!(result.status.success(), "{}", result.stderr);
+    json(&result.stdout)
+}
+
 /// clamd's case, issue 11: pread() into a buffer calloc() left untouched faults in the kernel
 /// (copy_to_user), and on x86 those faults take mmap_lock without trying the per-VMA lock; the
 /// kernel's counter of user-mode faults that took the lock does not see them. The report must
@@ -538,22 +547,8 @@ fn kernel_mode_faults_are_told_apart_from_user_mode_ones() {
         return;
     }
     let _serial = serial();
-    let (result, _) = trace_workload(
-        &[
-            "files",
-            "--method",
-            "pread",
-            "--threads",
-            "2",
-            "--files",
-            "4",
-            "--seconds",
-            "1",
-        ],
-        // Every lock with its kernel stack: kernel-mode faults are told by it.
-        &["--format", "json", "--stack-threshold", "0"],
-    );
-    let report = json(&result.stdout);
+    // Every lock with its kernel stack: kernel-mode faults are told by it.
+    let report = pread_into_fresh_buffers(&["--stack-threshold", "0"]);
     let faults = &report["faults"];
     let (user_mode, kernel_mode) = (
         u(&faults["user_mode_holds"]),

@@ -1063,15 +1063,19 @@ mod tests {
             row.cgroup = None;
         }
         let text = render(&report, 10);
-        let table: Vec<&str> = text
-            .lines()
-            .skip_while(|l| !l.starts_with("Top 2 of 2 processes"))
-            .skip(1)
-            .take(3)
-            .collect();
+        let table = process_table(&text);
         assert!(table[1].contains(" true (3180 processes) "), "{text}");
         let widths: Vec<usize> = table.iter().map(|l| l.chars().count()).collect();
         assert!(widths.iter().all(|w| *w == widths[0]), "{table:#?}");
+    }
+
+    /// The header and the two rows of `sample()`'s process table.
+    fn process_table(text: &str) -> Vec<&str> {
+        text.lines()
+            .skip_while(|l| !l.starts_with("Top 2 of 2 processes"))
+            .skip(1)
+            .take(3)
+            .collect()
     }
 
     #[test]
@@ -1081,12 +1085,7 @@ mod tests {
         meta.pids.clear();
         let mut report = build_report(&harvest, &symbols, &meta);
         let text = render(&report, 10);
-        let table: Vec<&str> = text
-            .lines()
-            .skip_while(|l| !l.starts_with("Top 2 of 2 processes"))
-            .skip(1)
-            .take(3)
-            .collect();
+        let table = process_table(&text);
         assert!(table[0].ends_with("max hold  cgroup"), "{text}");
         assert!(table[1].ends_with("  /system.slice/app.service"), "{text}");
         assert!(
