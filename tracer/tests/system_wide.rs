@@ -15,9 +15,12 @@ fn two_workloads_each_get_a_process_row_and_the_tracer_none() {
     let churn = Workload::spawn(&["churn", "--threads", "2", "--seconds", "2"]);
     let hold = Workload::spawn(&["hold", "--size-mib", "128", "--repeat", "5"]);
     // Ended by SIGINT once both workloads have exited, not by a duration: under emulation
-    // hold's five mprotect() calls can end after any fixed one.
+    // hold's five mprotect() calls can end after any fixed one. --per-pid: hold may live under
+    // a second (the tracer attaches in a few hundred ms here), and gone short-lived processes
+    // are folded by name, the longer churn of the same name with them.
     let mut tracer = Tracer::spawn(&[
         "-a".into(),
+        "--per-pid".into(),
         "--format".into(),
         "json".into(),
         "--no-live".into(),
