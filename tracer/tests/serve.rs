@@ -551,7 +551,11 @@ fn a_prometheus_server_scraping_the_daemon_answers_the_readme_queries() {
         "p99 {p99_s} s, the longest wait {max_wait_ns} ns"
     );
     // Share of wall time waiting by cause: only the report's causes, each at most its total
-    // over the 5 minutes (rate extrapolates to the window's edges by half a scrape).
+    // over the 5 minutes. rate() extrapolates the increase between a series' first and last
+    // samples to the window's edges (up to 1.1 scrape intervals each side): by half again
+    // here, and up to three times under emulation, where the scrapes come late and a cause's
+    // series spans as little as two of them (6.1 under TCG: 21.9 ms for the report's 10.6).
+    let slack = if common::slowdown() > 1 { 3.0 } else { 1.5 };
     let shares = prometheus.query(&job(&queries[1]));
     let shares = labelled(&shares, "comm", &workload_comm);
     assert!(!shares.is_empty(), "{:?}: nothing", queries[1]);
@@ -561,7 +565,7 @@ fn a_prometheus_server_scraping_the_daemon_answers_the_readme_queries() {
         let (_, wait_ns) = waits.get(cause).copied().unwrap_or_default();
         let per_second = value(share);
         assert!(
-            per_second >= 0.0 && per_second * 300.0 <= 1.5 * wait_ns as f64 / 1e9,
+            per_second >= 0.0 && per_second * 300.0 <= slack * wait_ns as f64 / 1e9,
             "{cause}: {per_second} s/s, the report's {wait_ns} ns"
         );
     }
