@@ -120,11 +120,13 @@ fn answer(out: &mut String, r: &Report) {
         );
     }
     if a.behind_whom.is_empty() {
-        let _ = writeln!(
-            out,
-            "Behind whom: no wait was charged to a holder (--lean, and serve without --stacks, \
-             time the lock without naming holders)"
-        );
+        // Holders are tracked with the off-CPU split (the attribution `--lean` leaves out).
+        let why = if r.features.offcpu {
+            "no wait found the lock held by a thread the trace saw take it"
+        } else {
+            "--lean, and serve without --stacks, time the lock without naming holders"
+        };
+        let _ = writeln!(out, "Behind whom: no wait was charged to a holder ({why})");
         return;
     }
     let _ = writeln!(
@@ -1103,6 +1105,24 @@ mod tests {
         assert!(
             !text.contains("cgroup"),
             "all in the root: no column\n{text}"
+        );
+    }
+
+    #[test]
+    fn no_holder_to_charge_is_explained_by_the_mode_traced() {
+        let (harvest, symbols, meta) = sample();
+        let mut report = build_report(&harvest, &symbols, &meta);
+        report.answer.behind_whom.clear();
+        let lean = render(&report, 10);
+        assert!(
+            lean.contains("time the lock without naming holders"),
+            "{lean}"
+        );
+        report.features.offcpu = true;
+        let attributed = render(&report, 10);
+        assert!(
+            attributed.contains("(no wait found the lock held by a thread the trace saw take it)"),
+            "{attributed}"
         );
     }
 
