@@ -1,7 +1,7 @@
 //! The cgroups of the locking processes (PROCESS_CGROUPS), and `--cgroup`'s filter
 //! (CGROUP_FILTER): the ids of the given cgroups and of every cgroup below them, which the
 //! programs look up when a process registers its mm system-wide. Cgroups created after the
-//! start are added at each `refresh_filter`, before their processes' next locks register.
+//! start are added at each `CgroupFilter::refresh` (every second), before their processes' next locks register.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -13,7 +13,7 @@ pub(super) const PROCESS_CGROUPS: &str = "PROCESS_CGROUPS";
 pub(super) const CGROUP_FILTER: &str = "CGROUP_FILTER";
 
 /// Capacity of CGROUP_FILTER: cgroups at and below the given ones (a Kubernetes node has a few
-/// hundred). Past it, the processes of the cgroups left out are not traced, counted in -v.
+/// hundred). Past it, the processes of the cgroups left out are not traced, with a warning.
 pub(super) const FILTER_CGROUPS: u32 = 16384;
 
 /// The given cgroups' directories (`--cgroup`), whose subtrees the filter holds.
