@@ -54,8 +54,10 @@ impl CgroupFilter {
     }
 }
 
-/// Each locking process's cgroup id, as the programs recorded it.
+/// Each locking process's cgroup id, as the programs recorded it: in batches (it is read at
+/// every look and every snapshot, and holds an entry per process system-wide).
 pub(super) fn read_process_cgroups(ebpf: &Ebpf) -> Result<HashMap<u32, u64>> {
-    let cgroups: BpfHashMap<_, u32, u64> = map_ref(ebpf, PROCESS_CGROUPS)?;
-    Ok(cgroups.iter().filter_map(|r| r.ok()).collect())
+    Ok(read_shared::<u32, u64>(ebpf, PROCESS_CGROUPS)?
+        .into_iter()
+        .collect())
 }
