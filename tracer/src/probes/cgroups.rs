@@ -20,11 +20,16 @@ pub(super) const FILTER_CGROUPS: u32 = 16384;
 #[derive(Debug, Default)]
 pub(super) struct CgroupFilter {
     roots: Vec<PathBuf>,
+    /// Cgroups the full filter refused at the last refresh: warned of once, not every second.
+    refused: std::cell::Cell<usize>,
 }
 
 impl CgroupFilter {
     pub(super) fn new(roots: Vec<PathBuf>) -> Self {
-        Self { roots }
+        Self {
+            roots,
+            refused: std::cell::Cell::new(0),
+        }
     }
 
     pub(super) fn is_on(&self) -> bool {
@@ -44,7 +49,7 @@ impl CgroupFilter {
                 refused += 1;
             }
         }
-        if refused > 0 {
+        if refused > self.refused.replace(refused) {
             log::warn!(
                 "--cgroup: {refused} cgroups below the given ones past the filter's \
                  {FILTER_CGROUPS}: their processes are not traced"
